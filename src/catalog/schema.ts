@@ -1,0 +1,35 @@
+/**
+ * Schema of catalog/reasons.yaml. Shared by the generator (which validates the YAML) and by the
+ * runtime catalog (which reads the generated data), so both agree on one shape.
+ */
+import { z } from 'zod';
+
+const durationRe = /^(\d+)(ms|s|m|h|d)$/;
+
+export const recoveryYaml = z.union([
+  z.literal('untilReboot'),
+  z.strictObject({ whenHealthy: z.number().int().min(1) }),
+  z.strictObject({ ttl: z.string().regex(durationRe, 'a duration such as 30s, 10m or 1h') }),
+]);
+
+export const reasonYaml = z.strictObject({
+  condition: z.string().regex(/^[A-Z][A-Za-z]+$/),
+  severity: z.enum(['Fatal', 'Warning', 'Info']),
+  recovery: recoveryYaml,
+  action: z.enum(['none', 'restartApp', 'resetGPU', 'reboot', 'replace']),
+  sources: z.array(z.enum(['kmsg', 'nvml', 'sysfs', 'procfs', 'journald', 'exec', 'engine'])).min(1),
+  eks: z.boolean().optional(),
+  template: z.record(z.string(), z.enum(['xid', 'sxid', 'unit'])).optional(),
+  description: z.string().min(10),
+});
+
+export const catalogYaml = z.strictObject({
+  conditions: z.record(
+    z.string(),
+    z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() }),
+  ),
+  reasons: z.record(z.string(), reasonYaml),
+});
+
+export type CatalogYaml = z.infer<typeof catalogYaml>;
+export type ReasonYaml = z.infer<typeof reasonYaml>;

@@ -1,0 +1,8 @@
+# Sourced by build.sh / up.sh / apiserver.sh: pinned versions and binary locations.
+# shellcheck shell=bash
+VIGIL_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+K8S_VERSION="${VIGIL_K8S_VERSION:-v1.34.4}"
+KINE_VERSION="${VIGIL_KINE_VERSION:-v0.17.5}"
+VIGIL_CACHE_DIR="${VIGIL_CACHE_DIR:-$VIGIL_REPO_ROOT/.cache}"
+KUBE_APISERVER_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kube-apiserver"
+KINE_BIN="$VIGIL_CACHE_DIR/k8s-bin/kine-${KINE_VERSION}/kine"
