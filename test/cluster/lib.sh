@@ -1,0 +1,184 @@
+# Shared helpers for up.sh / down.sh / apiserver.sh. Source it; do not execute.
+# shellcheck shell=bash
+# shellcheck source=versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
+
+VIGIL_LOG_PREFIX="${VIGIL_LOG_PREFIX:-cluster}"
+log() { printf '[%s] %s\n' "$VIGIL_LOG_PREFIX" "$*" >&2; }
+die() { printf '[%s] ERROR: %s\n' "$VIGIL_LOG_PREFIX" "$*" >&2; exit 1; }
+
+# State dir: first positional argument, else $VIGIL_CLUSTER_DIR, else <repo>/.cluster. Made absolute.
+resolve_dir() {
+  local d="${1:-${VIGIL_CLUSTER_DIR:-$VIGIL_REPO_ROOT/.cluster}}"
+  mkdir -p "$d"
+  (cd "$d" && pwd)
+}
+
+MARKER=".vigil-cluster"
+
+# A free TCP port on 127.0.0.1 (chosen by the kernel). Racy by nature; callers retry on bind failure.
+free_port() {
+  if command -v node >/dev/null 2>&1; then
+    node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{process.stdout.write(String(s.address().port));s.close()})'
+    return
+  fi
+  local p
+  for _ in $(seq 1 200); do
+    p=$(( 20000 + RANDOM % 40000 ))
+    if ! port_open "$p"; then echo "$p"; return; fi
+  done
+  die "could not find a free port"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# pid_alive FILE BINARY_NAME: true when the pid in FILE runs BINARY_NAME (guards against pid reuse).
+pid_alive() {
+  local f="$1" name="$2" pid
+  [[ -s "$f" ]] || return 1
+  pid="$(cat "$f")"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name"
+}
+
+# stop_pid FILE BINARY_NAME [TIMEOUT_S]: SIGTERM, wait, then SIGKILL. Removes FILE.
+stop_pid() {
+  local f="$1" name="$2" timeout="${3:-15}" pid
+  if ! pid_alive "$f" "$name"; then rm -f "$f"; return 0; fi
+  pid="$(cat "$f")"
+  kill -TERM "$pid" 2>/dev/null || true
+  local i
+  for (( i = 0; i < timeout * 10; i++ )); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$f"; return 0; }
+    sleep 0.1
+  done
+  log "$name (pid $pid) did not exit after ${timeout}s; sending SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for (( i = 0; i < 50; i++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$f"
+}
+
+# launch DIR NAME BINARY ARGS... : start detached (own session), stdout/stderr appended to DIR/NAME.log,
+# pid written to DIR/NAME.pid.
+launch() {
+  local dir="$1" name="$2"; shift 2
+  {
+    printf '\n===== %s starting %s =====\n' "$(date -u +%FT%TZ)" "$name"
+    printf '%q ' "$@"; printf '\n'
+  } >> "$dir/$name.log"
+  (cd "$dir" && exec setsid "$@" >> "$dir/$name.log" 2>&1 < /dev/null) &
+  echo $! > "$dir/$name.pid"
+}
+
+tail_log() { [[ -f "$1" ]] && { echo "----- last lines of $1 -----" >&2; tail -n "${2:-30}" "$1" >&2; }; return 0; }
+
+# --- kine ------------------------------------------------------------------------------------------
+
+start_kine() {
+  local dir="$1" port
+  [[ -x "$KINE_BIN" ]] || die "kine binary missing at $KINE_BIN; run test/cluster/build.sh first"
+  mkdir -p "$dir/kine"
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    port="$(free_port)"
+    launch "$dir" kine "$KINE_BIN" \
+      --listen-address="127.0.0.1:$port" \
+      --endpoint="sqlite://$dir/kine/state.db?_journal=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate" \
+      --metrics-bind-address=0
+    local i
+    for (( i = 0; i < 300; i++ )); do
+      if ! pid_alive "$dir/kine.pid" kine; then break; fi
+      if port_open "$port"; then echo "$port" > "$dir/kine.port"; log "kine listening on 127.0.0.1:$port (pid $(cat "$dir/kine.pid"))"; return 0; fi
+      sleep 0.1
+    done
+    if pid_alive "$dir/kine.pid" kine; then
+      stop_pid "$dir/kine.pid" kine
+      tail_log "$dir/kine.log"; die "kine did not open 127.0.0.1:$port within 30s"
+    fi
+    if tail -n 20 "$dir/kine.log" | grep -qi 'address already in use'; then
+      log "port $port taken, retrying ($attempt)"; continue
+    fi
+    tail_log "$dir/kine.log"; die "kine exited during startup"
+  done
+  die "kine: could not bind a free port after 5 attempts"
+}
+
+# --- kube-apiserver --------------------------------------------------------------------------------
+
+# Writes DIR/apiserver.args (one flag per line) for the given ports. Everything is relative to DIR.
+write_apiserver_args() {
+  local dir="$1" port="$2" kport="$3"
+  cat > "$dir/apiserver.args" <<EOF
+--advertise-address=127.0.0.1
+--bind-address=127.0.0.1
+--secure-port=$port
+--cert-dir=$dir/pki
+--tls-cert-file=$dir/pki/apiserver.crt
+--tls-private-key-file=$dir/pki/apiserver.key
+--client-ca-file=$dir/pki/ca.crt
+--etcd-servers=http://127.0.0.1:$kport
+--token-auth-file=$dir/tokens.csv
+--authorization-mode=Node,RBAC
+--enable-admission-plugins=NodeRestriction
+--disable-admission-plugins=ServiceAccount
+--service-account-issuer=https://kubernetes.default.svc.cluster.local
+--service-account-key-file=$dir/pki/sa.pub
+--service-account-signing-key-file=$dir/pki/sa.key
+--api-audiences=https://kubernetes.default.svc.cluster.local
+--service-cluster-ip-range=10.0.0.0/24
+--allow-privileged=true
+--endpoint-reconciler-type=none
+--profiling=false
+EOF
+  if [[ -n "${VIGIL_APISERVER_EXTRA_ARGS:-}" ]]; then
+    # shellcheck disable=SC2086
+    printf '%s\n' ${VIGIL_APISERVER_EXTRA_ARGS} >> "$dir/apiserver.args"
+  fi
+}
+
+apiserver_curl() { # DIR PATH [curl args...]
+  local dir="$1" path="$2"; shift 2
+  curl -sS --max-time 5 --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $(cat "$dir/admin.token")" \
+    "https://127.0.0.1:$(cat "$dir/apiserver.port")$path" "$@"
+}
+
+# start_apiserver DIR: starts kube-apiserver from DIR/apiserver.args and waits for /readyz.
+start_apiserver() {
+  local dir="$1" timeout="${VIGIL_CLUSTER_TIMEOUT:-180}"
+  [[ -x "$KUBE_APISERVER_BIN" ]] || die "kube-apiserver binary missing at $KUBE_APISERVER_BIN; run test/cluster/build.sh first"
+  [[ -f "$dir/apiserver.args" ]] || die "$dir/apiserver.args missing; was up.sh run for $dir?"
+  pid_alive "$dir/kine.pid" kine || die "kine is not running for $dir (start the cluster with up.sh)"
+  if pid_alive "$dir/apiserver.pid" kube-apiserver; then die "kube-apiserver already running (pid $(cat "$dir/apiserver.pid"))"; fi
+  local port; port="$(sed -n 's/^--secure-port=//p' "$dir/apiserver.args")"
+  if port_open "$port"; then die "port 127.0.0.1:$port is in use by another process"; fi
+  echo "$port" > "$dir/apiserver.port"
+  local -a args; mapfile -t args < "$dir/apiserver.args"
+  launch "$dir" apiserver "$KUBE_APISERVER_BIN" "${args[@]}"
+  local pid; pid="$(cat "$dir/apiserver.pid")"
+  local deadline=$(( $(date +%s) + timeout )) code
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail_log "$dir/apiserver.log" 40; rm -f "$dir/apiserver.pid"
+      die "kube-apiserver exited during startup (log: $dir/apiserver.log)"
+    fi
+    code="$(apiserver_curl "$dir" /readyz -o /dev/null -w '%{http_code}' 2>/dev/null || true)"
+    if [[ "$code" == 200 ]]; then
+      # The bootstrap controller creates the 'default' namespace shortly after readiness.
+      if [[ "$(apiserver_curl "$dir" /api/v1/namespaces/default -o /dev/null -w '%{http_code}' 2>/dev/null || true)" == 200 ]]; then
+        break
+      fi
+    fi
+    if (( $(date +%s) >= deadline )); then
+      apiserver_curl "$dir" '/readyz?verbose' >&2 || true
+      tail_log "$dir/apiserver.log" 40
+      stop_pid "$dir/apiserver.pid" kube-apiserver
+      die "kube-apiserver not ready within ${timeout}s (log: $dir/apiserver.log)"
+    fi
+    sleep 0.3
+  done
+  log "kube-apiserver ready on https://127.0.0.1:$port (pid $pid)"
+}
+
+stop_apiserver() { stop_pid "$1/apiserver.pid" kube-apiserver "${2:-20}"; }
+stop_kine() { stop_pid "$1/kine.pid" kine "${2:-10}"; }
