@@ -1,0 +1,52 @@
+/**
+ * Escalation: N findings of one reason on one entity within a window raise another reason,
+ * e.g. five NvidiaXID13Warning on one GPU in 10 minutes become NvidiaXID13Repeated (Fatal).
+ */
+import type { Finding } from '../api/types.ts';
+import { SlidingCounter } from './sliding-counter.ts';
+
+export interface EscalationRule {
+  /** Regex matched against the whole reason; capture groups feed `raise` as $1, $2... */
+  match: string;
+  count: number;
+  windowMs: number;
+  /** The reason to raise, e.g. 'NvidiaXID$1Repeated'. */
+  raise: string;
+}
+
+export class Escalator {
+  private readonly compiled: { re: RegExp; rule: EscalationRule }[];
+  private readonly counters = new Map<string, SlidingCounter>();
+
+  constructor(rules: EscalationRule[]) {
+    this.compiled = rules.map((rule) => ({ re: new RegExp(`^(?:${rule.match})$`), rule }));
+  }
+
+  /** Returns the escalated findings this one triggers (usually none). */
+  observe(f: Finding, now: number): Finding[] {
+    const out: Finding[] = [];
+    for (const { re, rule } of this.compiled) {
+      if (!re.test(f.reason)) continue;
+      const key = `${rule.match}|${f.reason}|${f.entity}`;
+      let c = this.counters.get(key);
+      if (!c) this.counters.set(key, (c = new SlidingCounter(rule.windowMs, rule.count)));
+      c.add(f.at);
+      if (c.count(f.at) < rule.count) continue;
+      this.counters.delete(key); // start over, so one burst raises once
+      out.push({
+        reason: f.reason.replace(re, rule.raise),
+        message: `${rule.count} x ${f.reason} within ${Math.round(rule.windowMs / 1000)}s on ${f.entity || 'node'}; last: ${f.message}`,
+        source: 'engine',
+        entity: f.entity,
+        at: now,
+        ...(f.attrs ? { attrs: f.attrs } : {}),
+      });
+    }
+    return out;
+  }
+
+  /** Forgets counters whose window has passed, so memory stays bounded. */
+  prune(now: number): void {
+    for (const [k, c] of this.counters) if (c.count(now) === 0) this.counters.delete(k);
+  }
+}

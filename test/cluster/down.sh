@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Stops the control plane started by up.sh, by process id. Usage:
+#   test/cluster/down.sh [--purge] [STATE_DIR]     (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/down.sh)
+# --purge also deletes STATE_DIR (only if it is a Vigil cluster dir). Idempotent.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VIGIL_LOG_PREFIX="down.sh"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+PURGE=0; ARG=""
+for a in "$@"; do
+  case "$a" in
+    --purge) PURGE=1 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -*) die "unknown option $a" ;;
+    *) ARG="$a" ;;
+  esac
+done
+DIR="${ARG:-${VIGIL_CLUSTER_DIR:-$VIGIL_REPO_ROOT/.cluster}}"
+if [[ ! -d "$DIR" ]]; then log "$DIR does not exist; nothing to stop"; exit 0; fi
+DIR="$(cd "$DIR" && pwd)"
+[[ -e "$DIR/$MARKER" ]] || die "$DIR is not a Vigil cluster dir (no $MARKER)"
+
+stop_apiserver "$DIR"
+stop_kine "$DIR"
+rm -f "$DIR/apiserver.port" "$DIR/kine.port"
+if [[ "$PURGE" == 1 ]]; then
+  rm -rf "$DIR"
+  log "stopped and removed $DIR"
+else
+  log "stopped cluster in $DIR (logs kept)"
+fi

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Starts a real local control plane: kine (etcd API over SQLite) + kube-apiserver, on 127.0.0.1
+# with random free ports. Usage:
+#   test/cluster/up.sh [STATE_DIR]          (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/up.sh)
+# STATE_DIR defaults to <repo>/.cluster. Several state dirs can run concurrently.
+# Any previous cluster state in STATE_DIR is stopped and wiped (a fresh cluster every time).
+# On success prints the admin kubeconfig path (only line on stdout) and writes in STATE_DIR:
+#   admin.kubeconfig  agent.kubeconfig  admin.token  agent.token  pki/ca.crt  apiserver.port
+#   cluster.env (shell, sourceable)  cluster.json (for Node tests)  *.pid  *.log
+# Env: VIGIL_CLUSTER_TIMEOUT (readiness timeout s, default 180), VIGIL_APISERVER_EXTRA_ARGS,
+#      VIGIL_SKIP_BUILD=1 (fail instead of building when binaries are missing).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VIGIL_LOG_PREFIX="up.sh"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+for tool in openssl curl setsid; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
+
+DIR="$(resolve_dir "${1:-}")"
+
+if [[ ! -x "$KUBE_APISERVER_BIN" || ! -x "$KINE_BIN" ]]; then
+  [[ "${VIGIL_SKIP_BUILD:-0}" == 1 ]] && die "binaries missing ($KUBE_APISERVER_BIN, $KINE_BIN); run test/cluster/build.sh"
+  log "binaries missing; running build.sh (slow on a cold cache)"
+  bash "$HERE/build.sh" >/dev/null
+fi
+
+# Refuse to wipe a non-empty directory that we did not create.
+if [[ ! -e "$DIR/$MARKER" && -n "$(ls -A "$DIR")" ]]; then
+  die "$DIR is not empty and is not a Vigil cluster dir (no $MARKER); refusing to use it"
+fi
+# Stop leftovers of a previous run in the same dir, then wipe only our own files.
+stop_apiserver "$DIR"; stop_kine "$DIR"
+rm -rf "$DIR/pki" "$DIR/kine" "$DIR"/*.pid "$DIR"/*.port "$DIR"/*.log "$DIR"/*.kubeconfig "$DIR"/*.token \
+  "$DIR/tokens.csv" "$DIR/apiserver.args" "$DIR/cluster.env" "$DIR/cluster.json"
+touch "$DIR/$MARKER"
+
+ok=0
+cleanup() {
+  if [[ "$ok" != 1 ]]; then
+    log "startup failed; stopping what was started (logs kept in $DIR)"
+    stop_apiserver "$DIR" 5 || true
+    stop_kine "$DIR" 5 || true
+  fi
+}
+trap cleanup EXIT
+
+# --- certificates and keys --------------------------------------------------------------------------
+PKI="$DIR/pki"; mkdir -p "$PKI"; chmod 700 "$PKI"
+(
+  cd "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+    -subj "/CN=vigil-test-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
+    -subj "/CN=kube-apiserver" 2>/dev/null
+  printf '%s\n' \
+    "basicConstraints=critical,CA:FALSE" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+    > apiserver.ext
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
+    -days 3650 -extfile apiserver.ext 2>/dev/null
+  # Service-account token signing key pair (RS256).
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  rm -f apiserver.csr ca.srl
+) || die "certificate generation with openssl failed"
+
+# --- static tokens ----------------------------------------------------------------------------------
+ADMIN_TOKEN="$(openssl rand -hex 24)"
+AGENT_TOKEN="$(openssl rand -hex 24)"
+printf '%s' "$ADMIN_TOKEN" > "$DIR/admin.token"
+printf '%s' "$AGENT_TOKEN" > "$DIR/agent.token"
+# token,user,uid,"groups". The agent user has no groups (only system:authenticated): bind RBAC to it.
+{
+  printf '%s,vigil-admin,vigil-admin-uid,"system:masters"\n' "$ADMIN_TOKEN"
+  printf '%s,vigil-agent,vigil-agent-uid\n' "$AGENT_TOKEN"
+} > "$DIR/tokens.csv"
+chmod 600 "$DIR/tokens.csv" "$DIR/admin.token" "$DIR/agent.token"
+
+# --- storage + apiserver ------------------------------------------------------------------------------
+start_kine "$DIR"
+KINE_PORT="$(cat "$DIR/kine.port")"
+
+for attempt in 1 2 3; do
+  PORT="$(free_port)"
+  write_apiserver_args "$DIR" "$PORT" "$KINE_PORT"
+  if ( start_apiserver "$DIR" ); then break; fi
+  if [[ "$attempt" -lt 3 ]] && tail -n 40 "$DIR/apiserver.log" | grep -qi 'address already in use'; then
+    log "port $PORT taken, retrying"; continue
+  fi
+  die "kube-apiserver failed to start"
+done
+
+SERVER="https://127.0.0.1:$PORT"
+CA_DATA="$(base64 -w0 < "$PKI/ca.crt")"
+write_kubeconfig() { # file user token
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: vigil-test
+  cluster:
+    server: $SERVER
+    certificate-authority-data: $CA_DATA
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: $2@vigil-test
+  context:
+    cluster: vigil-test
+    user: $2
+current-context: $2@vigil-test
+EOF
+  chmod 600 "$1"
+}
+write_kubeconfig "$DIR/admin.kubeconfig" vigil-admin "$ADMIN_TOKEN"
+write_kubeconfig "$DIR/agent.kubeconfig" vigil-agent "$AGENT_TOKEN"
+
+cat > "$DIR/cluster.env" <<EOF
+VIGIL_CLUSTER_DIR=$DIR
+KUBECONFIG=$DIR/admin.kubeconfig
+VIGIL_APISERVER_URL=$SERVER
+VIGIL_APISERVER_PORT=$PORT
+VIGIL_CA_FILE=$PKI/ca.crt
+VIGIL_ADMIN_TOKEN_FILE=$DIR/admin.token
+VIGIL_AGENT_TOKEN_FILE=$DIR/agent.token
+VIGIL_AGENT_KUBECONFIG=$DIR/agent.kubeconfig
+VIGIL_KINE_PORT=$KINE_PORT
+EOF
+cat > "$DIR/cluster.json" <<EOF
+{
+  "dir": "$DIR",
+  "server": "$SERVER",
+  "port": $PORT,
+  "caFile": "$PKI/ca.crt",
+  "kubeconfig": "$DIR/admin.kubeconfig",
+  "adminToken": "$ADMIN_TOKEN",
+  "adminTokenFile": "$DIR/admin.token",
+  "agentUser": "vigil-agent",
+  "agentToken": "$AGENT_TOKEN",
+  "agentTokenFile": "$DIR/agent.token",
+  "agentKubeconfig": "$DIR/agent.kubeconfig",
+  "kinePort": $KINE_PORT,
+  "apiserverPid": $(cat "$DIR/apiserver.pid"),
+  "kinePid": $(cat "$DIR/kine.pid"),
+  "kubernetesVersion": "$K8S_VERSION",
+  "kineVersion": "$KINE_VERSION"
+}
+EOF
+
+ok=1
+log "cluster up in $DIR (kube-apiserver $K8S_VERSION at $SERVER, kine $KINE_VERSION on :$KINE_PORT)"
+echo "$DIR/admin.kubeconfig"
