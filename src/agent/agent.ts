@@ -1,0 +1,164 @@
+/**
+ * Composition root: wires sources and monitors into the engine, the engine into the sinks, and
+ * the state store around it. Wiring only; each part's behaviour lives in its own folder.
+ */
+import type { Logger } from 'pino';
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ConditionType, EngineEvent, FindingSink, Monitor, NodeHealth, Sink } from '../api/types.ts';
+import { CONDITIONS } from '../catalog/index.ts';
+import type { VigilConfig } from '../config/load.ts';
+import { Engine, type ConditionInfo } from '../engine/engine.ts';
+import { StateStore, type PersistedState } from '../state/store.ts';
+import { LogSink } from '../sinks/log/log-sink.ts';
+import { HttpServer } from '../sinks/http/server.ts';
+import { readBootId } from '../util/boot-id.ts';
+
+/** A monitor plus what the agent needs to know about it. */
+export interface MonitorEntry {
+  monitor: Monitor;
+  /** Condition types this monitor proves healthy while it runs (managed as True when healthy). */
+  conditions: ConditionType[];
+  /** Called when state is saved; lets the kmsg monitor persist its cursor with the findings. */
+  persist?: (state: PersistedState) => void;
+}
+
+export interface AgentDeps {
+  config: VigilConfig;
+  log: Logger;
+  registry?: Registry;
+  bootId?: string;
+  /** Builds the monitors from the restored state (the kmsg cursor). */
+  monitors: (ctx: { restored: PersistedState | undefined; registry: Registry; markDirty: () => void; manage: (type: ConditionType) => void }) => MonitorEntry[];
+  /** Extra sinks (Kubernetes), built once the engine exists. */
+  sinks?: (engine: Engine) => Sink[];
+}
+
+export class Agent {
+  readonly registry: Registry;
+  readonly engine: Engine;
+  private readonly store: StateStore;
+  private readonly entries: MonitorEntry[];
+  private readonly sinks: Sink[];
+  private readonly http: HttpServer;
+  private readonly componentState = new Map<string, string>();
+  private tickTimer: NodeJS.Timeout | undefined;
+  private savedVersion = -1;
+
+  constructor(private readonly deps: AgentDeps) {
+    const { config, log } = deps;
+    this.registry = deps.registry ?? new Registry();
+    collectDefaultMetrics({ register: this.registry, prefix: 'vigil_process_' });
+    this.store = new StateStore(config.stateDir, () => this.collectState());
+    const { state, warning } = this.store.load();
+    if (warning) log.warn({ event: 'state' }, warning);
+    const bootId = deps.bootId ?? readBootId();
+    this.entries = deps.monitors({
+      restored: state,
+      registry: this.registry,
+      markDirty: () => this.store.schedule(),
+      manage: (type) => this.manage(type),
+    });
+    const managed = new Set(this.entries.flatMap((e) => e.conditions));
+    const conditions = new Map<ConditionType, ConditionInfo>();
+    for (const [type, info] of Object.entries(CONDITIONS)) {
+      if (managed.has(type)) conditions.set(type, { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info });
+    }
+    this.engine = new Engine({
+      bootId,
+      conditions,
+      registry: this.registry,
+      repeatWindowMs: config.engine.repeatWindow,
+      flap: { maxActivations: config.engine.flap.maxActivations, windowMs: config.engine.flap.window },
+      escalations: config.engine.escalations.map((e) => ({ match: e.match, count: e.count, windowMs: e.window, raise: e.raise })),
+      ...(state?.engine ? { restored: state.engine } : {}),
+    });
+    this.sinks = [new LogSink(log), ...(deps.sinks?.(this.engine) ?? [])];
+    this.engine.on((event: EngineEvent, health: NodeHealth) => {
+      for (const s of this.sinks) {
+        try {
+          s.handle(event, health);
+        } catch (err) {
+          log.error({ err, sink: s.name }, 'sink failed to handle an event');
+        }
+      }
+      this.store.schedule();
+    });
+    this.http = new HttpServer(this.registry, {
+      health: () => this.engine.health(),
+      components: () => Object.fromEntries(this.componentState),
+    });
+    const up = new Gauge({ name: 'vigil_source_up', help: '1 while a monitor runs, 0 when it failed to start or stopped.', labelNames: ['monitor'], registers: [this.registry] });
+    this.sourceUp = (name, ok) => up.set({ monitor: name }, ok ? 1 : 0);
+  }
+
+  private readonly sourceUp: (name: string, ok: boolean) => void;
+
+  /** The sink monitors publish through; it also makes sure the state file follows. */
+  private findingSink(): FindingSink {
+    return {
+      finding: (f) => {
+        this.engine.finding(f);
+        this.store.schedule();
+      },
+      healthy: (h) => {
+        this.engine.healthy(h);
+        this.store.schedule();
+      },
+    };
+  }
+
+  async start(): Promise<{ port: number; address: string }> {
+    const { log, config } = this.deps;
+    const out = this.findingSink();
+    for (const e of this.entries) {
+      try {
+        await e.monitor.start(out);
+        this.componentState.set(e.monitor.name, 'ok');
+        this.sourceUp(e.monitor.name, true);
+      } catch (err) {
+        // One broken monitor must not take the others down; it is visible on /healthz and metrics.
+        this.componentState.set(e.monitor.name, `failed: ${(err as Error).message}`);
+        this.sourceUp(e.monitor.name, false);
+        log.error({ err, monitor: e.monitor.name }, 'monitor failed to start');
+      }
+    }
+    this.tickTimer = setInterval(() => {
+      this.engine.tick();
+      if (this.engine.stateVersion !== this.savedVersion) this.store.schedule();
+    }, config.engine.tick);
+    this.tickTimer.unref();
+    const addr = await this.http.listen(config.listen);
+    log.info({ event: 'started', listen: `${addr.address}:${addr.port}`, stateFile: this.store.file, monitors: this.entries.map((e) => e.monitor.name) }, 'vigil started');
+    for (const c of this.engine.health().conditions) {
+      log.info({ event: 'condition', type: c.name, status: c.status, reason: c.reason, lastTransitionTime: c.lastTransitionTime }, `${c.name} is ${c.status}: ${c.message}`);
+    }
+    return { port: addr.port, address: addr.address };
+  }
+
+  /** Lets a monitor that discovers hardware late (a GPU proved present) add its condition type. */
+  manage(type: ConditionType): void {
+    const info = CONDITIONS[type as keyof typeof CONDITIONS];
+    if (info) this.engine.manageCondition(type, { name: this.deps.config.conditions.names[type as keyof typeof CONDITIONS], ...info });
+  }
+
+  async stop(): Promise<void> {
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    for (const e of this.entries) {
+      try {
+        await e.monitor.stop();
+      } catch (err) {
+        this.deps.log.warn({ err, monitor: e.monitor.name }, 'monitor failed to stop cleanly');
+      }
+    }
+    this.store.flush();
+    await this.http.close();
+    for (const s of this.sinks) await s.close?.();
+  }
+
+  private collectState(): PersistedState {
+    this.savedVersion = this.engine.stateVersion;
+    const state: PersistedState = { version: 1, engine: this.engine.snapshot() };
+    for (const e of this.entries) e.persist?.(state);
+    return state;
+  }
+}
