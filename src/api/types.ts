@@ -121,7 +121,9 @@ export interface EmittedFinding extends Finding {
 export type EngineEvent =
   | { kind: 'finding'; finding: EmittedFinding }
   | { kind: 'condition'; condition: ConditionState; previous: 'True' | 'False' | 'Unknown' }
-  | { kind: 'recovered'; problem: ActiveProblem; why: 'healthy' | 'ttl' | 'reboot' };
+  | { kind: 'recovered'; problem: ActiveProblem; why: 'healthy' | 'ttl' | 'reboot' }
+  /** A repeat of an active problem that was not re-emitted (Event series count it). */
+  | { kind: 'repeat'; problem: ActiveProblem };
 
 /** A consumer of engine output: logs, Prometheus, Kubernetes. */
 export interface Sink {

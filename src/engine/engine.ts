@@ -71,6 +71,7 @@ export class Engine {
   private readonly flap: { maxActivations: number; windowMs: number };
   private readonly m: ReturnType<typeof engineMetrics>;
   private version = 0;
+  private lastHealth: NodeHealth | undefined;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? Date.now;
@@ -123,6 +124,7 @@ export class Engine {
       this.version++;
       if (f.at - existing.lastEmitted < this.repeatWindowMs) {
         this.m.suppressed.inc({ why: 'duplicate' });
+        this.emit({ kind: 'repeat', problem: publicProblem(existing) });
       } else {
         existing.lastEmitted = f.at;
         this.emit({ kind: 'finding', finding: { ...f, severity, condition, action, count: existing.count } });
@@ -297,7 +299,8 @@ export class Engine {
   }
 
   private emit(event: EngineEvent): void {
-    const health = this.health();
+    // Repeats change no condition; reuse the last view so a storm of them stays cheap.
+    const health = event.kind === 'repeat' && this.lastHealth ? this.lastHealth : (this.lastHealth = this.health());
     for (const l of this.listeners) l(event, health);
   }
 

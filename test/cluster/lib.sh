@@ -59,15 +59,16 @@ stop_pid() {
   rm -f "$f"
 }
 
-# launch DIR NAME BINARY ARGS... : start detached (own session), stdout/stderr appended to DIR/NAME.log,
-# pid written to DIR/NAME.pid.
+# launch DIR NAME BINARY ARGS... : start in the background, stdout/stderr appended to DIR/NAME.log,
+# pid written to DIR/NAME.pid. Not put in its own session on purpose: Ctrl-C on the terminal that ran
+# up.sh (same process group) also stops the servers instead of leaving orphans.
 launch() {
   local dir="$1" name="$2"; shift 2
   {
     printf '\n===== %s starting %s =====\n' "$(date -u +%FT%TZ)" "$name"
     printf '%q ' "$@"; printf '\n'
   } >> "$dir/$name.log"
-  (cd "$dir" && exec setsid "$@" >> "$dir/$name.log" 2>&1 < /dev/null) &
+  (cd "$dir" && exec "$@" >> "$dir/$name.log" 2>&1 < /dev/null) &
   echo $! > "$dir/$name.pid"
 }
 

@@ -15,7 +15,7 @@ VIGIL_LOG_PREFIX="up.sh"
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-for tool in openssl curl setsid; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
+for tool in openssl curl; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
 
 DIR="$(resolve_dir "${1:-}")"
 
@@ -44,6 +44,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # --- certificates and keys --------------------------------------------------------------------------
 PKI="$DIR/pki"; mkdir -p "$PKI"; chmod 700 "$PKI"

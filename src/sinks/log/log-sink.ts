@@ -26,6 +26,8 @@ export class LogSink implements Sink {
         );
         break;
       }
+      case 'repeat':
+        break; // counted in metrics; logging every repeat would flood the log
       case 'recovered':
         this.log.info(
           { event: 'recovered', reason: event.problem.reason, entity: event.problem.entity, condition: event.problem.condition, why: event.why },
