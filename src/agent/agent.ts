@@ -30,7 +30,7 @@ export interface AgentDeps {
   /** Builds the monitors from the restored state (the kmsg cursor). */
   monitors: (ctx: { restored: PersistedState | undefined; registry: Registry; markDirty: () => void; manage: (type: ConditionType) => void }) => MonitorEntry[];
   /** Extra sinks (Kubernetes), built once the engine exists. */
-  sinks?: (engine: Engine) => Sink[];
+  sinks?: (engine: Engine, registry: Registry) => Sink[];
 }
 
 export class Agent {
@@ -72,7 +72,7 @@ export class Agent {
       escalations: config.engine.escalations.map((e) => ({ match: e.match, count: e.count, windowMs: e.window, raise: e.raise })),
       ...(state?.engine ? { restored: state.engine } : {}),
     });
-    this.sinks = [new LogSink(log), ...(deps.sinks?.(this.engine) ?? [])];
+    this.sinks = [new LogSink(log), ...(deps.sinks?.(this.engine, this.registry) ?? [])];
     this.engine.on((event: EngineEvent, health: NodeHealth) => {
       for (const s of this.sinks) {
         try {

@@ -105,15 +105,17 @@ export function countKernelWarnings(text: string, afterTs: number): { count: num
   return { count, total, ...(newest !== undefined ? { lastTs: Math.max(newest, lastTs ?? 0) } : lastTs !== undefined ? { lastTs } : {}) };
 }
 
-export function checkWarnings(newWarnings: number | undefined, via: string, cfg: KernelConfig, at: number): CheckReport {
+/** `via`: /sys/kernel/warn_count (exact, Linux >= 6.2) or the kernel log ring (older kernels). */
+export function checkWarnings(newWarnings: number | undefined, via: 'warn_count' | 'klog', cfg: KernelConfig, at: number): CheckReport {
   if (newWarnings === undefined) return { findings: [], healthy: [], status: 'skipped' };
+  const source = via === 'klog' ? 'kmsg' : 'sysfs';
   if (newWarnings >= cfg.warningsPerWindow) {
     return {
       findings: [
-        finding('RepeatedKernelWarnings', 'sysfs', '', `${newWarnings} kernel WARNINGs since the last poll (${via})`, at, { warnings: newWarnings, via }),
+        finding('RepeatedKernelWarnings', source, '', `${newWarnings} kernel WARNINGs since the last poll (${via})`, at, { warnings: newWarnings, via }),
       ],
       healthy: [],
     };
   }
-  return { findings: [], healthy: [{ reasons: ['RepeatedKernelWarnings'], entity: '', source: 'sysfs' }] };
+  return { findings: [], healthy: [{ reasons: ['RepeatedKernelWarnings'], entity: '', source }] };
 }

@@ -1,0 +1,81 @@
+/** `vigil run`: the agent's main job. */
+import pino from 'pino';
+import { loadConfig, type VigilConfig } from '../config/load.ts';
+import { Agent } from '../agent/agent.ts';
+import { buildMonitors } from '../agent/build-monitors.ts';
+import { kubeConfigAvailable, makeClients, resolveNodeName } from '../sinks/kubernetes/client.ts';
+import { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+
+export interface RunOptions {
+  standalone?: boolean;
+  listen?: string;
+  stateDir?: string;
+  config?: string;
+  nodeName?: string;
+  kubeconfig?: string;
+}
+
+export async function runAgentCommand(opts: RunOptions): Promise<number> {
+  let config: VigilConfig;
+  try {
+    config = loadConfig(opts.config);
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    return 2;
+  }
+  if (opts.listen) config.listen = opts.listen;
+  if (opts.stateDir) config.stateDir = opts.stateDir;
+  if (opts.kubeconfig) config.kubernetes.kubeconfig = opts.kubeconfig;
+  const log = pino({ level: config.logLevel, base: { app: 'vigil' }, timestamp: pino.stdTimeFunctions.isoTime });
+  const kubeconfig = config.kubernetes.kubeconfig;
+  const useKube = !opts.standalone && config.kubernetes.mode !== 'off' && (config.kubernetes.mode === 'on' || kubeConfigAvailable(kubeconfig));
+  const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
+
+  let kube: KubernetesSink | undefined;
+  let agent: Agent;
+  try {
+    agent = new Agent({
+      config,
+      log,
+      monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
+      sinks: (_engine, registry) => {
+        if (!useKube) return [];
+        kube = new KubernetesSink({
+          clients: makeClients(kubeconfig),
+          nodeName,
+          log,
+          registry,
+          heartbeatMs: config.kubernetes.heartbeat,
+          coalesceMs: config.kubernetes.coalesce,
+          eventNamespace: config.kubernetes.eventNamespace,
+          eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
+        });
+        return [kube];
+      },
+    });
+  } catch (err) {
+    log.error({ err }, `vigil cannot start: ${(err as Error).message}`);
+    return 2;
+  }
+
+  try {
+    await agent.start();
+  } catch (err) {
+    log.error({ err }, `vigil cannot start: ${(err as Error).message}`);
+    await agent.stop();
+    return 2;
+  }
+  log.info({ event: 'mode', standalone: !useKube, node: nodeName }, useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions');
+  if (kube) void kube.start(agent.engine);
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info({ event: 'stopping', signal }, 'vigil stopping');
+      resolve();
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  await agent.stop();
+  return 0;
+}
