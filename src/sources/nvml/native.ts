@@ -35,15 +35,6 @@ koffi.struct('nvmlEventData_t', {
   gpuInstanceId: 'uint',
   computeInstanceId: 'uint',
 });
-koffi.union('nvmlValue_t', {
-  dVal: 'double',
-  uiVal: 'uint',
-  ulVal: 'ulong',
-  ullVal: 'unsigned long long',
-  sllVal: 'long long',
-  siVal: 'int',
-  usVal: 'ushort',
-});
 koffi.struct('nvmlFieldValue_t', {
   fieldId: 'uint',
   scopeId: 'uint',
@@ -51,7 +42,8 @@ koffi.struct('nvmlFieldValue_t', {
   latencyUsec: 'long long',
   valueType: 'int',
   nvmlReturn: 'int',
-  value: 'nvmlValue_t',
+  // nvmlValue_t is an 8-byte union; read as raw 64 bits and decoded by valueType (fieldValue()).
+  value: 'uint64_t',
 });
 
 export interface PciInfo {
@@ -79,7 +71,32 @@ export interface FieldValue {
   latencyUsec: U64;
   valueType: number;
   nvmlReturn: number;
-  value: { dVal?: number; uiVal?: number; ulVal?: U64; ullVal?: U64; sllVal?: U64; siVal?: number; usVal?: number };
+  value: U64;
+}
+
+/** Decodes nvmlFieldValue_t.value (a union) by its valueType; null for types Vigil never reads. */
+export function fieldValue(f: Partial<FieldValue>): number | null {
+  const raw = BigInt(f.value ?? 0);
+  switch (f.valueType) {
+    case 1: // unsigned int
+      return Number(BigInt.asUintN(32, raw));
+    case 5: // signed int
+      return Number(BigInt.asIntN(32, raw));
+    case 2: // unsigned long
+    case 3: // unsigned long long
+      return Number(raw);
+    case 4: // signed long long
+      return Number(BigInt.asIntN(64, raw));
+    case 6: // unsigned short
+      return Number(BigInt.asUintN(16, raw));
+    case 0: {
+      const b = Buffer.alloc(8);
+      b.writeBigUInt64LE(raw);
+      return b.readDoubleLE();
+    }
+    default:
+      return null;
+  }
 }
 
 /** TypeScript view of each bound function; every one returns an nvmlReturn_t except ErrorString. */
