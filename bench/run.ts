@@ -1,0 +1,51 @@
+/**
+ * `npm run bench`: runs every benchmark and merges its figures into bench/results/latest.json, one
+ * flat object of named figures with the unit in each name. `npm run bench -- kmsg gpu` runs some.
+ */
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+type Bench = () => Promise<Record<string, number>>;
+
+const benches: Record<string, () => Promise<Bench>> = {
+  kmsg: async () => (await import('./kmsg.ts')).benchKmsgClassify,
+  latency: async () => (await import('./kmsg-latency.ts')).benchKmsgLatency,
+  gpu: async () => (await import('./gpu.ts')).benchGpu,
+  host: async () => (await import('./host.ts')).benchHost,
+  idle: async () => (await import('./idle.ts')).benchIdle,
+};
+
+const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
+const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+const names = wanted.length ? wanted : Object.keys(benches);
+
+let results: Record<string, number | string> = {};
+try {
+  results = JSON.parse(readFileSync(out, 'utf8'));
+} catch { /* first run */ }
+
+let failed = 0;
+for (const name of names) {
+  const load = benches[name];
+  if (!load) {
+    console.error(`unknown benchmark ${name}; known: ${Object.keys(benches).join(', ')}`);
+    process.exit(2);
+  }
+  process.stderr.write(`bench ${name}...\n`);
+  try {
+    const figures = await (await load())();
+    for (const [k, v] of Object.entries(figures)) {
+      results[k] = Number.isFinite(v) ? Math.round(v * 1000) / 1000 : v;
+      process.stderr.write(`  ${k} = ${results[k]}\n`);
+    }
+  } catch (err) {
+    failed++;
+    process.stderr.write(`  failed: ${(err as Error).stack}\n`);
+  }
+}
+results.measured_at = new Date().toISOString();
+mkdirSync(path.dirname(out), { recursive: true });
+writeFileSync(out, JSON.stringify(results, null, 2) + '\n');
+process.stderr.write(`wrote ${out}\n`);
+process.exitCode = failed ? 1 : 0;
