@@ -60,12 +60,15 @@ export class Agent {
     });
     const managed = new Set(this.entries.flatMap((e) => e.conditions));
     const conditions = new Map<ConditionType, ConditionInfo>();
+    const lateConditions = new Map<ConditionType, ConditionInfo>();
     for (const [type, info] of Object.entries(CONDITIONS)) {
-      if (managed.has(type)) conditions.set(type, { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info });
+      const named = { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info };
+      (managed.has(type) ? conditions : lateConditions).set(type, named);
     }
     this.engine = new Engine({
       bootId,
       conditions,
+      lateConditions,
       registry: this.registry,
       repeatWindowMs: config.engine.repeatWindow,
       flap: { maxActivations: config.engine.flap.maxActivations, windowMs: config.engine.flap.window },

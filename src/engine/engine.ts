@@ -33,6 +33,11 @@ export interface EngineOptions {
   now?: () => number;
   /** Condition types Vigil manages and reports True while healthy. */
   conditions: Map<ConditionType, ConditionInfo>;
+  /**
+   * Conditions not managed until a Fatal finding proves the hardware is there (a GPU fault in the
+   * kernel log on a node where NVML found no GPU).
+   */
+  lateConditions?: Map<ConditionType, ConditionInfo>;
   /** A repeat of an active problem is re-emitted at most once per window (others are counted). */
   repeatWindowMs?: number;
   /** A whenHealthy problem that fired this often within the window is held until it is quiet. */
@@ -139,7 +144,11 @@ export class Engine {
       this.counterFor(this.activations, key, this.flap.windowMs, this.flap.maxActivations + 1).add(f.at);
       this.version++;
       this.emit({ kind: 'finding', finding: { ...f, severity, condition, action, count: 1 } });
-      if (severity === 'Fatal') this.recomputeCondition(condition);
+      if (severity === 'Fatal') {
+        const late = this.opts.lateConditions?.get(condition);
+        if (late && !this.opts.conditions.has(condition)) this.manageCondition(condition, late);
+        else this.recomputeCondition(condition);
+      }
     }
     for (const escalated of this.escalator.observe(f, this.now())) this.finding(escalated);
     this.refreshGauges();

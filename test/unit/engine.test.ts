@@ -220,3 +220,15 @@ test('a condition that is not managed is not reported, but its findings still co
   engine.manageCondition('AcceleratedHardwareReady', { name: 'AcceleratedHardwareReady', ...CONDITIONS.AcceleratedHardwareReady });
   assert.equal(engine.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
 });
+
+test('a Fatal finding on a late condition (GPU fault with no NVML) starts managing it', () => {
+  const { engine, f, conditions } = setup();
+  const info = conditions.get('AcceleratedHardwareReady')!;
+  conditions.delete('AcceleratedHardwareReady');
+  const e2 = new Engine({ bootId: 'b', conditions, lateConditions: new Map([['AcceleratedHardwareReady', info]]) });
+  e2.finding(f('NvidiaXID13Warning', 'gpu:0000:01:00'));
+  assert.equal(e2.health().conditions.some((c) => c.type === 'AcceleratedHardwareReady'), false, 'a warning proves nothing');
+  e2.finding(f('NvidiaXID79Error', 'gpu:0000:01:00'));
+  assert.equal(e2.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
+  void engine;
+});

@@ -1,7 +1,8 @@
 /** Networking samples: sysfs/procfs reads; `ethtool -S` only for ENA interfaces; one DNS lookup. */
 import dns from 'node:dns';
 import net from 'node:net';
-import { listDir, readLinkBase, readNumber, readProcFile, readSysFile, readSysFileAsync } from '../../sources/host/read.ts';
+import { listDir, readFileSmall, readLinkBase, readNumber, readSysFile, readSysFileAsync } from '../../sources/host/read.ts';
+import { hostPath } from '../../sources/host/paths.ts';
 import type { ExecFn } from '../../sources/host/exec.ts';
 import { IFF_UP, parseEthtoolStats, type LinkSample, type RdmaPortSample, type SysctlSample } from './checks.ts';
 
@@ -78,7 +79,7 @@ export function apiServerHost(root: string, configured: string | undefined, kube
   const svc = env.KUBERNETES_SERVICE_HOST;
   if (svc && net.isIP(svc) === 0) return svc;
   for (const p of kubeconfigPaths) {
-    const m = /^\s*server:\s*["']?(https?:\/\/[^"'\s]+)/m.exec(readProcFile(root, p) ?? '');
+    const m = /^\s*server:\s*["']?(https?:\/\/[^"'\s]+)/m.exec(readFileSmall(hostPath(root, p)) ?? '');
     if (!m) continue;
     try {
       const host = new URL(m[1]!).hostname.replace(/^\[|\]$/g, '');
