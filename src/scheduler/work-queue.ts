@@ -175,11 +175,13 @@ export class WorkQueue {
     await this.lock;
   }
 
-  /** Runs every check once, now, one after another (one-shot mode, benchmarks, tests). */
-  async runAll(): Promise<RunRecord[]> {
+  /** Runs every check (or the named ones) once, now, one after another (one-shot mode, benchmarks, tests). */
+  async runAll(names?: readonly string[]): Promise<RunRecord[]> {
     const records: RunRecord[] = [];
     await this.exclusive(async () => {
-      for (const e of [...this.entries.values()]) records.push(await this.execute(e));
+      for (const e of [...this.entries.values()]) {
+        if (!names || names.includes(e.check.name)) records.push(await this.execute(e));
+      }
     });
     return records;
   }
@@ -234,7 +236,7 @@ export class WorkQueue {
     const interval = e.check.intervalMs;
     const now = this.clock.now();
     e.anchor += interval;
-    if (e.anchor < now) e.anchor += Math.ceil((now - e.anchor) / interval) * interval;
+    if (e.anchor <= now) e.anchor += (Math.floor((now - e.anchor) / interval) + 1) * interval;
     e.due = e.anchor + (2 * this.random() - 1) * this.jitter * interval;
   }
 

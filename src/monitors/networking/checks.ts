@@ -7,7 +7,6 @@ import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from './config.t
 export const IFF_UP = 0x1;
 export const IFF_BROADCAST = 0x2;
 export const IFF_LOOPBACK = 0x8;
-export const IFF_RUNNING = 0x40;
 export const IFF_MULTICAST = 0x1000;
 
 export interface LinkSample {
@@ -43,7 +42,8 @@ export function checkInterfaces(links: LinkSample[], streak: Consecutive, exclud
       if (loop) [bad, why] = ['InterfaceNotUp', 'loopback is administratively down'];
     } else if (l.carrier === 0) {
       [bad, why] = ['InterfaceNotUp', 'is administratively up but has no carrier'];
-    } else if (!(l.flags & IFF_RUNNING) || (l.operstate !== undefined && l.operstate !== 'up' && l.operstate !== 'unknown')) {
+    } else if (l.operstate !== undefined && l.operstate !== 'up' && l.operstate !== 'unknown') {
+      // sysfs `flags` never carries IFF_RUNNING (the kernel derives it from operstate for ioctls).
       [bad, why] = ['InterfaceNotRunning', `is up but not running (operstate ${l.operstate ?? '?'})`];
     }
     const good = IF_REASONS.filter((x) => x !== bad);

@@ -30,7 +30,9 @@ export const networkingConfigSchema = z
       '^(gre|gretap|erspan|ip6gre|ip6gretap|tunl|sit|ip6tnl)\\d*$',
       '^ib\\d+',
       '^ibp\\d+s\\d+(f\\d+)?',
-      '^(docker|veth|cali|lxc|cilium|flannel|vxlan|geneve|ifb|kube-ipvs|nodelocaldns|dummy)',
+      '^(docker|veth|cali|lxc|cilium|flannel|vxlan|genev|ifb|kube-ipvs|nodelocaldns|dummy|ovs-system)',
+      // Pod bridges have no carrier while no pod is attached.
+      '^(cni|cbr|kube-bridge|virbr|br-)',
       '^eni[0-9a-f]{11}',
     ]),
     /** A bad interface or RDMA port is reported once seen in this many consecutive polls. */

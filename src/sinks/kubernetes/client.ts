@@ -54,18 +54,35 @@ export function toFailure(err: unknown): ApiFailure {
   return { status: 0, message: (err as Error)?.message ?? String(err) };
 }
 
-/** Races a request against a timeout; the writes it guards are idempotent, so a late reply is harmless. */
-export async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-  });
+/**
+ * Options for one request: an optional Content-Type (patches) and a deadline that really aborts
+ * the request. Aborting matters: a timed-out write that lands later could overwrite a newer one.
+ */
+export function requestOptions(timeoutMs: number, contentType?: string): k8s.ConfigurationOptions {
+  const signal = AbortSignal.timeout(timeoutMs);
+  const middleware: k8s.ObservableMiddleware = {
+    pre: (ctx) => {
+      ctx.setSignal(signal);
+      if (contentType) ctx.setHeaderParam('Content-Type', contentType);
+      return new k8s.Observable(Promise.resolve(ctx));
+    },
+    post: (res) => new k8s.Observable(Promise.resolve(res)),
+  };
+  return { middleware: [middleware], middlewareMergeStrategy: 'append' };
+}
+
+/**
+ * Runs one request with a deadline: `send` gets the request options to pass to the client. An
+ * aborted request becomes a plain "timed out" error (status 0 for toFailure).
+ */
+export async function withDeadline<T>(ms: number, what: string, send: (opts: k8s.ConfigurationOptions) => Promise<T>, contentType?: string): Promise<T> {
   try {
-    return await Promise.race([p, timeout]);
-  } finally {
-    clearTimeout(timer);
+    return await send(requestOptions(ms, contentType));
+  } catch (err) {
+    if ((err as Error)?.name === 'AbortError' || (err as Error)?.name === 'TimeoutError') throw new Error(`${what} timed out after ${ms} ms`);
+    throw err;
   }
 }
 
-export const strategicMerge = () => k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch);
+export const STRATEGIC_MERGE = k8s.PatchStrategy.StrategicMergePatch;
 export { k8s };

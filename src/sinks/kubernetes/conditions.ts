@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ConditionState, NodeHealth } from '../../api/types.ts';
-import { strategicMerge, toFailure, withTimeout, type ApiFailure, type KubeClients } from './client.ts';
+import { STRATEGIC_MERGE, toFailure, withDeadline, type ApiFailure, type KubeClients } from './client.ts';
 import { Backoff } from './backoff.ts';
 import { explainFailure } from './failures.ts';
 
@@ -20,33 +20,68 @@ export interface ConditionWriterOptions {
   /** Re-write period when nothing changed; 0 disables. */
   heartbeatMs: number;
   requestTimeoutMs?: number;
-  /** Condition types a previous run wrote that are no longer managed: removed on start. */
-  staleTypes?: () => string[];
+  /** Retry backoff after a failed write (full jitter between half and the whole step). */
+  retry?: { baseMs: number; maxMs: number };
+  /**
+   * Condition types (Kubernetes names) that earlier runs wrote, as last reported through
+   * onWrittenTypes. Those no longer managed are removed from the Node after start.
+   */
+  writtenTypes?: string[];
+  /** Called whenever the set of types Vigil has written changes; persist it for the next start. */
+  onWrittenTypes?: (types: string[]) => void;
+  /**
+   * How long after start a previously written type may still become managed (a GPU proved
+   * present late) before it counts as removed from the configuration and is deleted.
+   */
+  staleGraceMs?: number;
   now?: () => number;
 }
 
-interface Written {
+/** What the Node is known to show for one of Vigil's types. */
+interface Shown {
   status: string;
   reason: string;
   message: string;
   lastTransitionTime: string;
+  /** ms since the epoch; 0 when unknown. */
+  heartbeat: number;
+}
+
+/** A condition as found on the Node when Vigil started. */
+export interface ExistingCondition {
+  type: string;
+  status: string;
+  lastTransitionTime?: string;
 }
 
 export class ConditionWriter {
   private desired: ConditionState[] = [];
-  private written = new Map<string, Written>();
+  private readonly shown = new Map<string, Shown>();
+  /** Every condition on the Node at start, for types the engine only starts managing later. */
+  private readonly seenAtStart = new Map<string, ExistingCondition>();
+  private readonly owned: Set<string>;
+  private readonly pendingDeletes = new Set<string>();
+  private staleCandidates: string[] = [];
   private timer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
-  private inFlight = false;
-  private pendingDeletes: string[] = [];
-  private readonly backoff = new Backoff(500, 30_000);
+  private staleTimer: NodeJS.Timeout | undefined;
+  private inFlight: Promise<void> | undefined;
+  /** Write every desired condition next time (heartbeat, or the Node's state is uncertain). */
+  private fullWriteDue = false;
+  /** The pending timer is a retry after a failure: nothing may bring it forward. */
+  private backingOff = false;
+  private readonly backoff: Backoff;
   private readonly reported = new Set<string>();
   private stopped = false;
   private readonly m: { writes: Counter<'result'>; pendingGauge: Gauge };
   private readonly now: () => number;
+  private readonly timeoutMs: number;
 
   constructor(private readonly o: ConditionWriterOptions) {
     this.now = o.now ?? Date.now;
+    this.timeoutMs = o.requestTimeoutMs ?? 10_000;
+    this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
+    this.owned = new Set(o.writtenTypes ?? []);
     this.m = {
       writes: new Counter({ name: 'vigil_k8s_condition_writes_total', help: 'Condition patches sent to the API server, by result (ok or HTTP status, 0 = unreachable).', labelNames: ['result'], registers: [o.registry] }),
       pendingGauge: new Gauge({ name: 'vigil_k8s_conditions_pending', help: '1 while the Node does not yet show the engine\'s latest conditions.', registers: [o.registry] }),
@@ -55,81 +90,154 @@ export class ConditionWriter {
 
   /**
    * Reads the Node so a restart keeps the repair clock: returns the existing conditions of the
-   * given types for the engine to adopt. Retries until the API server answers or stop().
+   * given types for the engine to adopt, and the Node's UID (for Events). Retries until the API
+   * server answers or stop().
    */
-  async readExisting(types: string[]): Promise<{ type: string; status: string; lastTransitionTime?: string }[]> {
+  async readExisting(types: string[]): Promise<{ existing: ExistingCondition[]; uid?: string }> {
     for (;;) {
       try {
-        const node = await withTimeout(this.o.clients.core.readNode({ name: this.o.nodeName }), this.o.requestTimeoutMs ?? 10_000, 'GET node');
+        const node = await withDeadline(this.timeoutMs, 'GET node', (opts) => this.o.clients.core.readNode({ name: this.o.nodeName }, opts));
         const conds = node.status?.conditions ?? [];
-        const out = conds.filter((c) => types.includes(c.type)).map((c) => ({
-          type: c.type, status: c.status,
-          ...(c.lastTransitionTime ? { lastTransitionTime: new Date(c.lastTransitionTime).toISOString() } : {}),
-        }));
-        for (const c of out) this.written.set(c.type, { status: c.status, reason: '', message: '', lastTransitionTime: c.lastTransitionTime ?? '' });
-        this.pendingDeletes = (this.o.staleTypes?.() ?? []).filter((t) => conds.some((c) => c.type === t));
+        const existing: ExistingCondition[] = [];
+        for (const c of conds) {
+          const e: ExistingCondition = { type: c.type, status: c.status, ...(c.lastTransitionTime ? { lastTransitionTime: iso(c.lastTransitionTime) } : {}) };
+          this.seenAtStart.set(c.type, e);
+          if (types.includes(c.type)) existing.push(e);
+          if (types.includes(c.type) || this.owned.has(c.type)) {
+            this.shown.set(c.type, {
+              status: c.status, reason: c.reason ?? '', message: c.message ?? '',
+              lastTransitionTime: e.lastTransitionTime ?? '',
+              heartbeat: c.lastHeartbeatTime ? new Date(c.lastHeartbeatTime).getTime() : 0,
+            });
+          }
+        }
+        // Types an earlier run wrote that are gone from the Node need no cleanup; forget them.
+        const before = this.owned.size;
+        for (const t of [...this.owned]) if (!conds.some((c) => c.type === t)) this.owned.delete(t);
+        if (this.owned.size !== before) this.notifyOwned();
+        this.staleCandidates = [...this.owned].filter((t) => !types.includes(t));
         this.backoff.reset();
-        return out;
+        const uid = node.metadata?.uid;
+        return { existing, ...(uid ? { uid } : {}) };
       } catch (err) {
         const f = toFailure(err);
         this.report('read', f);
-        if (this.stopped) return [];
+        if (this.stopped) return { existing: [] };
         await sleep(f.retryAfterMs ?? this.backoff.next());
+        if (this.stopped) return { existing: [] };
       }
     }
   }
 
-  /** Starts heartbeats and writes the initial state. */
+  /** The condition of this type the Node showed at start (for types managed late). */
+  existingAtStart(type: string): ExistingCondition | undefined {
+    return this.seenAtStart.get(type);
+  }
+
+  /** Starts heartbeats and writes the initial state (only what differs from the Node). */
   start(health: NodeHealth): void {
-    this.update(health);
+    if (this.stopped) return;
     if (this.o.heartbeatMs > 0) {
-      this.heartbeatTimer = setInterval(() => this.flush(true), this.o.heartbeatMs);
+      // A Node whose heartbeat for our types is older than one period gets a fresh one now.
+      const stale = health.conditions.some((c) => this.now() - (this.shown.get(c.name)?.heartbeat ?? 0) >= this.o.heartbeatMs);
+      if (stale) this.fullWriteDue = true;
+      this.heartbeatTimer = setInterval(() => {
+        this.fullWriteDue = true;
+        this.schedule(0);
+      }, this.o.heartbeatMs);
       this.heartbeatTimer.unref();
     }
+    const grace = this.o.staleGraceMs ?? 60_000;
+    if (grace > 0 && this.staleCandidates.length) {
+      this.staleTimer = setTimeout(() => this.queueStaleDeletes(), grace);
+      this.staleTimer.unref();
+    }
+    this.desired = health.conditions;
+    if (grace <= 0) this.queueStaleDeletes();
+    this.update(health);
+    if (this.fullWriteDue) this.schedule(0);
   }
 
   /** Takes the engine's latest view; schedules a write only if something Kubernetes shows changed. */
   update(health: NodeHealth): void {
     this.desired = health.conditions;
-    if (this.dirty().length || this.pendingDeletes.length) this.schedule(this.o.coalesceMs);
+    if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.o.coalesceMs);
   }
 
-  /** Whether the Node shows the latest state (for tests and /healthz). */
+  /** Whether the Node shows the latest state (tests and /healthz). */
   get synced(): boolean {
-    return this.dirty().length === 0 && this.pendingDeletes.length === 0 && !this.inFlight;
+    return this.dirty().length === 0 && this.pendingDeletes.size === 0 && !this.inFlight && !this.fullWriteDue;
   }
 
-  async stop(): Promise<void> {
+  /** Types Vigil has written and not removed (what onWrittenTypes last reported). */
+  get writtenTypes(): string[] {
+    return [...this.owned].sort();
+  }
+
+  /**
+   * Stops writing. With a deadline, first makes one last attempt to put the latest state on the
+   * Node (a change seen just before SIGTERM should not be lost if the API server is there).
+   */
+  async stop(finalWriteMs = 0): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    clearInterval(this.heartbeatTimer);
+    clearTimeout(this.staleTimer);
+    if (finalWriteMs > 0 && !this.stopped) {
+      await this.inFlight;
+      if (this.dirty().length || this.pendingDeletes.size) await this.flush(Math.min(finalWriteMs, this.timeoutMs));
+    }
     this.stopped = true;
     clearTimeout(this.timer);
-    clearInterval(this.heartbeatTimer);
+  }
+
+  private queueStaleDeletes(): void {
+    const managed = new Set(this.desired.map((c) => c.name));
+    for (const t of this.staleCandidates) if (!managed.has(t) && this.owned.has(t)) this.pendingDeletes.add(t);
+    this.staleCandidates = [];
+    if (this.pendingDeletes.size) this.schedule(this.o.coalesceMs);
   }
 
   private dirty(): ConditionState[] {
     return this.desired.filter((c) => {
-      const w = this.written.get(c.name);
-      return !w || w.status !== c.status || w.reason !== c.reason || w.message !== c.message || w.lastTransitionTime !== c.lastTransitionTime;
+      const w = this.shown.get(c.name);
+      return !w || w.status !== c.status || w.reason !== c.reason || w.message !== c.message || !sameTime(w.lastTransitionTime, c.lastTransitionTime);
     });
   }
 
-  private schedule(ms: number): void {
-    if (this.timer || this.stopped) return;
+  private schedule(ms: number, retry = false): void {
+    if (this.stopped) return;
     this.m.pendingGauge.set(1);
+    if (this.timer) {
+      // A write, or a retry after backoff, is already due; only a retry replaces a sooner write.
+      if (!retry && (ms > 0 || this.backingOff)) return;
+      clearTimeout(this.timer);
+    }
+    this.backingOff = retry;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.flush(false);
+      this.backingOff = false;
+      void this.flush(this.timeoutMs);
     }, ms);
   }
 
-  private async flush(heartbeat: boolean): Promise<void> {
-    if (this.inFlight || this.stopped) return;
-    const changed = heartbeat ? this.desired : this.dirty();
-    if (changed.length === 0 && this.pendingDeletes.length === 0) {
+  private async flush(timeoutMs: number): Promise<void> {
+    if (this.stopped) return;
+    if (this.inFlight) {
+      // One write at a time; what changed meanwhile goes out right after.
+      await this.inFlight;
+      if (!this.timer) this.schedule(0);
+      return;
+    }
+    const full = this.fullWriteDue;
+    const changed = full ? this.desired : this.dirty();
+    const deletes = [...this.pendingDeletes];
+    if (changed.length === 0 && deletes.length === 0) {
       this.m.pendingGauge.set(0);
       return;
     }
-    const heartbeatTime = new Date(Math.floor(this.now() / 1000) * 1000).toISOString();
-    const deletes = [...this.pendingDeletes];
+    const now = this.now();
+    const heartbeatTime = new Date(Math.floor(now / 1000) * 1000).toISOString().replace('.000Z', 'Z');
     const body = {
       status: {
         conditions: [
@@ -141,31 +249,51 @@ export class ConditionWriter {
         ],
       },
     };
-    this.inFlight = true;
+    this.fullWriteDue = false;
+    let done!: () => void;
+    this.inFlight = new Promise((r) => (done = r));
     try {
-      await withTimeout(
-        this.o.clients.core.patchNodeStatus({ name: this.o.nodeName, body }, strategicMerge()),
-        this.o.requestTimeoutMs ?? 10_000,
-        'PATCH nodes/status',
-      );
-      for (const c of changed) this.written.set(c.name, { status: c.status, reason: c.reason, message: c.message, lastTransitionTime: c.lastTransitionTime });
-      this.pendingDeletes = this.pendingDeletes.filter((t) => !deletes.includes(t));
-      this.m.writes.inc({ result: 'ok' });
-      if (this.reported.size) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName }, 'node conditions written again after failures');
-      this.reported.clear();
-      this.backoff.reset();
+      await withDeadline(timeoutMs, 'PATCH nodes/status', (opts) => this.o.clients.core.patchNodeStatus({ name: this.o.nodeName, body }, opts), STRATEGIC_MERGE);
     } catch (err) {
       const f = toFailure(err);
       this.m.writes.inc({ result: String(f.status) });
       this.report('patch', f);
-      this.inFlight = false;
+      // A heartbeat that failed is still owed; after a timeout the Node's state is unknown.
+      if (full || f.status === 0) this.fullWriteDue = true;
+      this.inFlight = undefined;
+      done();
       // Keep the desired state; the next attempt writes whatever is latest then.
-      this.schedule(f.retryAfterMs ?? this.backoff.next());
+      if (!this.stopped) this.schedule(f.retryAfterMs ?? this.backoff.next(), true);
       return;
     }
-    this.inFlight = false;
-    if (this.dirty().length || this.pendingDeletes.length) this.schedule(this.o.coalesceMs);
-    else this.m.pendingGauge.set(0);
+    for (const c of changed) {
+      this.shown.set(c.name, { status: c.status, reason: c.reason, message: c.message, lastTransitionTime: c.lastTransitionTime, heartbeat: now });
+    }
+    const ownedBefore = this.writtenTypes.join(',');
+    for (const c of changed) this.owned.add(c.name);
+    for (const t of deletes) {
+      this.pendingDeletes.delete(t);
+      this.shown.delete(t);
+      this.owned.delete(t);
+    }
+    if (this.writtenTypes.join(',') !== ownedBefore) this.notifyOwned();
+    if (deletes.length) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName, removed: deletes }, `removed condition types no longer managed: ${deletes.join(', ')}`);
+    this.m.writes.inc({ result: 'ok' });
+    if (this.reported.size) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName }, 'node conditions written again after failures');
+    this.reported.clear();
+    this.backoff.reset();
+    this.inFlight = undefined;
+    done();
+    if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.o.coalesceMs);
+    else if (!this.timer) this.m.pendingGauge.set(0);
+  }
+
+  private notifyOwned(): void {
+    try {
+      this.o.onWrittenTypes?.(this.writtenTypes);
+    } catch (err) {
+      this.o.log.warn({ err, event: 'kubernetes' }, 'could not record the condition types Vigil wrote');
+    }
   }
 
   /** Logs a failure once per kind until a write succeeds again, so an outage is one line, not thousands. */
@@ -175,6 +303,15 @@ export class ConditionWriter {
     this.reported.add(key);
     this.o.log.error({ event: 'kubernetes', op, status: f.status, node: this.o.nodeName }, explainFailure(op === 'read' ? 'get nodes' : 'patch nodes/status', this.o.nodeName, f));
   }
+}
+
+function iso(t: Date | string): string {
+  return new Date(t).toISOString();
+}
+
+/** Kubernetes round-trips times with second precision and its own formatting; compare instants. */
+function sameTime(a: string, b: string): boolean {
+  return a === b || (a !== '' && b !== '' && new Date(a).getTime() === new Date(b).getTime());
 }
 
 function sleep(ms: number): Promise<void> {

@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineEvent } from '../../api/types.ts';
-import { k8s, strategicMerge, toFailure, withTimeout, type KubeClients } from './client.ts';
+import { k8s, STRATEGIC_MERGE, toFailure, withDeadline, type KubeClients } from './client.ts';
 import { Backoff } from './backoff.ts';
 import { explainFailure } from './failures.ts';
 
@@ -19,28 +19,35 @@ export interface EventRecorderOptions {
   log: Logger;
   registry: Registry;
   perReasonPerMinute: number;
-  /** How often changed series counts are written. */
+  /** How often changed series counts are written (client-go: 30 min; shorter keeps counts useful). */
   seriesFlushMs?: number;
   /** A series not seen for this long is finished and forgotten. */
   seriesFinishMs?: number;
   maxQueue?: number;
   instance: string;
+  requestTimeoutMs?: number;
+  retry?: { baseMs: number; maxMs: number };
   now?: () => number;
 }
 
 interface Series {
+  key: string;
   name: string;
+  /** Occurrences seen. */
   count: number;
+  /** Occurrences the API server shows. */
   written: number;
   lastObserved: number;
   created: boolean;
+  /** The create was refused; nothing more is written for it. */
+  failed: boolean;
 }
 
 type Op =
   | { kind: 'create'; series: Series; reason: string; note: string; type: 'Warning' | 'Normal'; at: number }
   | { kind: 'series'; series: Series };
 
-const CONTROLLER = 'vigil.dev/node-health-agent';
+export const REPORTING_CONTROLLER = 'vigil.dev/node-health-agent';
 
 export class EventRecorder {
   private readonly series = new Map<string, Series>();
@@ -48,14 +55,20 @@ export class EventRecorder {
   private readonly queue: Op[] = [];
   private running = false;
   private stopped = false;
-  private readonly backoff = new Backoff(500, 30_000);
-  private readonly reported = new Set<number>();
+  private seq = 0;
+  private readonly backoff: Backoff;
+  private readonly reported = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
   private readonly now: () => number;
+  private readonly finishMs: number;
+  private readonly timeoutMs: number;
   private readonly m: { sent: Counter<'op' | 'result'>; dropped: Counter<'why'> };
 
   constructor(private readonly o: EventRecorderOptions) {
     this.now = o.now ?? Date.now;
+    this.finishMs = o.seriesFinishMs ?? 6 * 60_000;
+    this.timeoutMs = o.requestTimeoutMs ?? 10_000;
+    this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
     this.m = {
       sent: new Counter({ name: 'vigil_k8s_event_writes_total', help: 'Event writes by op (create, series) and result.', labelNames: ['op', 'result'], registers: [o.registry] }),
       dropped: new Counter({ name: 'vigil_k8s_events_dropped_total', help: 'Events not written, by why (rate_limited, queue_full, rejected).', labelNames: ['why'], registers: [o.registry] }),
@@ -70,10 +83,11 @@ export class EventRecorder {
       const f = event.finding;
       this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at);
     } else if (event.kind === 'repeat' && event.problem.severity === 'Warning') {
+      // The engine does not re-emit repeats inside its window; they still count in the series.
       const s = this.series.get(`${event.problem.reason}|${event.problem.entity}`);
-      if (s) {
+      if (s && !s.failed) {
         s.count++;
-        s.lastObserved = event.problem.lastSeen;
+        s.lastObserved = Math.max(s.lastObserved, event.problem.lastSeen);
       }
     } else if (event.kind === 'condition') {
       const c = event.condition;
@@ -84,26 +98,28 @@ export class EventRecorder {
 
   private observe(key: string, reason: string, note: string, type: 'Warning' | 'Normal', at: number): void {
     const existing = this.series.get(key);
-    if (existing && at - existing.lastObserved < (this.o.seriesFinishMs ?? 6 * 60_000)) {
+    if (existing && !existing.failed && at - existing.lastObserved < this.finishMs) {
       existing.count++;
-      existing.lastObserved = at;
+      existing.lastObserved = Math.max(existing.lastObserved, at);
       return;
     }
-    if (!this.take(reason)) {
+    if (!this.take(reason, at)) {
       this.m.dropped.inc({ why: 'rate_limited' });
       return;
     }
-    const s: Series = { name: `${this.o.nodeName}.${(BigInt(at) * 1_000_000n + BigInt(this.series.size)).toString(16)}`, count: 1, written: 1, lastObserved: at, created: false };
+    // client-go's naming: <node>.<hex nanoseconds>; the sequence keeps names unique within a millisecond.
+    const name = `${this.o.nodeName}.${(BigInt(at) * 1_000_000n + BigInt(this.seq++ % 1_000_000)).toString(16)}`;
+    const s: Series = { key, name, count: 1, written: 1, lastObserved: at, created: false, failed: false };
     this.series.set(key, s);
     this.enqueue({ kind: 'create', series: s, reason, note: note.length > 1024 ? `${note.slice(0, 1021)}...` : note, type, at });
   }
 
   /** Token bucket per reason: `perReasonPerMinute` creations a minute, with that as the burst. */
-  private take(reason: string): boolean {
-    const now = this.now();
+  private take(reason: string, at: number): boolean {
+    const now = Math.max(at, this.now());
     const cap = this.o.perReasonPerMinute;
     const b = this.buckets.get(reason) ?? { tokens: cap, at: now };
-    b.tokens = Math.min(cap, b.tokens + ((now - b.at) / 60_000) * cap);
+    b.tokens = Math.min(cap, b.tokens + (Math.max(0, now - b.at) / 60_000) * cap);
     b.at = now;
     this.buckets.set(reason, b);
     if (b.tokens < 1) return false;
@@ -114,8 +130,10 @@ export class EventRecorder {
   private flushSeries(): void {
     const now = this.now();
     for (const [key, s] of this.series) {
-      if (s.created && s.count > s.written) this.enqueue({ kind: 'series', series: s });
-      if (now - s.lastObserved > (this.o.seriesFinishMs ?? 6 * 60_000) && s.count === s.written) this.series.delete(key);
+      if (s.created && !s.failed && s.count > s.written) this.enqueue({ kind: 'series', series: s });
+      const quiet = now - s.lastObserved > this.finishMs;
+      // A finished series gets its final count written first (above), then is forgotten.
+      if (quiet && (s.failed || (s.created && s.count === s.written))) this.series.delete(key);
     }
   }
 
@@ -125,15 +143,17 @@ export class EventRecorder {
   }
 
   private enqueue(op: Op): void {
+    if (op.kind === 'series' && this.queue.some((q) => q.kind === 'series' && q.series === op.series)) return;
     if (this.queue.length >= (this.o.maxQueue ?? 1000)) {
       this.m.dropped.inc({ why: 'queue_full' });
+      if (op.kind === 'create') op.series.failed = true;
       return;
     }
-    if (op.kind === 'series' && this.queue.some((q) => q.kind === 'series' && q.series === op.series)) return;
     this.queue.push(op);
     void this.drain();
   }
 
+  /** Nothing queued or being sent. */
   get idle(): boolean {
     return this.queue.length === 0 && !this.running;
   }
@@ -156,15 +176,23 @@ export class EventRecorder {
           this.queue.shift();
           continue;
         }
-        if (f.status === 422 || f.status === 400 || (f.status === 404 && op.kind === 'series')) {
+        if (f.status === 404 && op.kind === 'series') {
+          // The Event expired (the API server keeps Events for an hour): the next occurrence starts a new one.
+          if (this.series.get(op.series.key) === op.series) this.series.delete(op.series.key);
+          this.queue.shift();
+          continue;
+        }
+        if (f.status === 422 || f.status === 400) {
           this.m.dropped.inc({ why: 'rejected' });
+          op.series.failed = true;
           this.o.log.warn({ event: 'kubernetes', status: f.status }, `event write refused and dropped: ${f.message}`);
           this.queue.shift();
           continue;
         }
-        if (!this.reported.has(f.status)) {
-          this.reported.add(f.status);
-          this.o.log.error({ event: 'kubernetes', status: f.status }, explainFailure('create events', this.o.nodeName, f));
+        const what = op.kind === 'create' ? 'create events' : 'patch events';
+        if (!this.reported.has(`${what}:${f.status}`)) {
+          this.reported.add(`${what}:${f.status}`);
+          this.o.log.error({ event: 'kubernetes', op: what, status: f.status, node: this.o.nodeName }, explainFailure(what, this.o.nodeName, f));
         }
         await new Promise((r) => setTimeout(r, f.retryAfterMs ?? this.backoff.next()).unref());
       }
@@ -183,32 +211,47 @@ export class EventRecorder {
         reason: op.reason.slice(0, 128),
         note: op.note,
         action: 'Detected',
-        reportingController: CONTROLLER,
+        reportingController: REPORTING_CONTROLLER,
         reportingInstance: this.o.instance.slice(0, 128),
         regarding: { kind: 'Node', apiVersion: 'v1', name: this.o.nodeName, ...(uid ? { uid } : {}) },
       };
-      await withTimeout(this.o.clients.events.createNamespacedEvent({ namespace: ns, body }), 10_000, 'POST event');
+      await withDeadline(this.timeoutMs, 'POST event', (opts) => this.o.clients.events.createNamespacedEvent({ namespace: ns, body }, opts));
       op.series.created = true;
       this.m.sent.inc({ op: 'create', result: 'ok' });
       return;
     }
     const s = op.series;
     const count = s.count;
-    if (count < 2) return;
-    await withTimeout(
-      this.o.clients.events.patchNamespacedEvent(
-        { name: s.name, namespace: ns, body: { series: { count, lastObservedTime: new Date(s.lastObserved).toISOString().replace('Z', '000Z') } } },
-        strategicMerge(),
-      ),
-      10_000,
+    if (count < 2 || count <= s.written) return;
+    await withDeadline(
+      this.timeoutMs,
       'PATCH event series',
+      (opts) => this.o.clients.events.patchNamespacedEvent(
+        { name: s.name, namespace: ns, body: { series: { count, lastObservedTime: microTime(s.lastObserved) } } },
+        opts,
+      ),
+      STRATEGIC_MERGE,
     );
-    s.written = count;
+    s.written = Math.max(s.written, count);
     this.m.sent.inc({ op: 'series', result: 'ok' });
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
+  /**
+   * Stops recording. With a deadline, first writes the pending series counts and lets the queue
+   * drain (best effort: an unreachable API server only delays shutdown by the deadline).
+   */
+  async stop(finalWriteMs = 0): Promise<void> {
     clearInterval(this.flushTimer);
+    if (finalWriteMs > 0 && !this.stopped) {
+      this.flushSeries();
+      const deadline = Date.now() + finalWriteMs;
+      while (!this.idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    }
+    this.stopped = true;
   }
+}
+
+/** MicroTime as Kubernetes writes it: RFC 3339 with six fractional digits. */
+function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }

@@ -8,6 +8,10 @@ export function explainFailure(verbResource: string, node: string, f: ApiFailure
     case 401:
       return `the API server rejected Vigil's credentials (401) for ${verbResource}: ${f.message}`;
     case 403:
+      // An admission policy (deploy/admission-policy.yaml) also answers 403; RBAC is not the fix then.
+      if (/admission|ValidatingAdmissionPolicy|webhook/i.test(f.message)) {
+        return `admission denied: Vigil may not ${verbResource} on node ${node} (403 from an admission policy, not RBAC; check that --node-name / NODE_NAME is the node this pod runs on). API server said: ${f.message}`;
+      }
       return `permission denied: Vigil may not ${verbResource} on node ${node}. Grant "${verbResource}" to Vigil's ServiceAccount (deploy/rbac.yaml ships the exact ClusterRole). API server said: ${f.message}`;
     case 404:
       return `node ${node} does not exist (404) for ${verbResource}; check --node-name / NODE_NAME`;

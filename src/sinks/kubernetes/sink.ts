@@ -21,8 +21,20 @@ export interface KubernetesSinkOptions {
   eventNamespace: string;
   eventsPerReasonPerMinute: number;
   seriesFlushMs?: number;
-  /** Types written by an earlier run that are no longer managed; removed from the Node on start. */
-  staleTypes?: () => string[];
+  /** Retry backoff for failed writes (default 500 ms doubling to 30 s, with jitter). */
+  retry?: { baseMs: number; maxMs: number };
+  /**
+   * Condition types (Kubernetes names) earlier runs wrote, as last reported to onWrittenTypes.
+   * Store them with the agent's state: a type no longer managed is then removed from the Node.
+   */
+  writtenTypes?: string[];
+  onWrittenTypes?: (types: string[]) => void;
+  /** Grace after start before a previously written, now unmanaged type is removed (default 60 s). */
+  staleGraceMs?: number;
+  /** Best-effort time close() spends writing the latest state (default 2 s; 0 = none). */
+  finalWriteMs?: number;
+  /** reportingInstance of Events (default vigil-<hostname>, i.e. the pod name in a cluster). */
+  instance?: string;
 }
 
 export class KubernetesSink implements Sink {
@@ -30,18 +42,23 @@ export class KubernetesSink implements Sink {
   readonly conditions: ConditionWriter;
   readonly events: EventRecorder;
   private started = false;
+  private engine: Engine | undefined;
   private nodeUid: string | undefined;
 
   constructor(private readonly o: KubernetesSinkOptions) {
     this.conditions = new ConditionWriter({
       clients: o.clients, nodeName: o.nodeName, log: o.log, registry: o.registry,
       coalesceMs: o.coalesceMs, heartbeatMs: o.heartbeatMs,
-      ...(o.staleTypes ? { staleTypes: o.staleTypes } : {}),
+      ...(o.retry ? { retry: o.retry } : {}),
+      ...(o.writtenTypes ? { writtenTypes: o.writtenTypes } : {}),
+      ...(o.onWrittenTypes ? { onWrittenTypes: o.onWrittenTypes } : {}),
+      ...(o.staleGraceMs !== undefined ? { staleGraceMs: o.staleGraceMs } : {}),
     });
     this.events = new EventRecorder({
       clients: o.clients, nodeName: o.nodeName, namespace: o.eventNamespace, log: o.log, registry: o.registry,
-      perReasonPerMinute: o.eventsPerReasonPerMinute, instance: `vigil-${os.hostname()}`,
+      perReasonPerMinute: o.eventsPerReasonPerMinute, instance: o.instance ?? `vigil-${os.hostname()}`,
       nodeUid: () => this.nodeUid,
+      ...(o.retry ? { retry: o.retry } : {}),
       ...(o.seriesFlushMs ? { seriesFlushMs: o.seriesFlushMs } : {}),
     });
   }
@@ -51,10 +68,13 @@ export class KubernetesSink implements Sink {
    * the background: an unreachable API server must not hold up detection.
    */
   async start(engine: Engine): Promise<void> {
+    this.engine = engine;
     const names = engine.health().conditions.map((c) => c.name);
-    const existing = await this.conditions.readExisting(names);
+    const { existing, uid } = await this.conditions.readExisting(names);
+    if (uid && !this.nodeUid) this.nodeUid = uid;
+    // Read again: the engine may have changed while the API server was being waited for.
     const byName = new Map(engine.health().conditions.map((c) => [c.name, c.type]));
-    engine.adoptConditions(existing.map((c) => ({ ...c, type: byName.get(c.type) ?? c.type })));
+    engine.adoptConditions(existing.filter((c) => byName.has(c.type)).map((c) => ({ ...c, type: byName.get(c.type)! })));
     this.started = true;
     this.conditions.start(engine.health());
     this.o.log.info({ event: 'kubernetes', node: this.o.nodeName, adopted: existing.length }, 'writing node conditions');
@@ -65,12 +85,20 @@ export class KubernetesSink implements Sink {
   }
 
   handle(event: EngineEvent, health: NodeHealth): void {
+    if (event.kind === 'condition' && event.previous === 'Unknown' && this.started && this.engine) {
+      // A type managed only now (hardware found late) keeps the clock the Node already shows.
+      const seen = this.conditions.existingAtStart(event.condition.name);
+      if (seen) {
+        this.engine.adoptConditions([{ ...seen, type: event.condition.type }]);
+        health = this.engine.health();
+      }
+    }
     this.events.handle(event);
     if (this.started && event.kind !== 'repeat') this.conditions.update(health);
   }
 
   async close(): Promise<void> {
-    await this.conditions.stop();
-    await this.events.stop();
+    const final = this.o.finalWriteMs ?? 2000;
+    await Promise.all([this.conditions.stop(this.started ? final : 0), this.events.stop(final)]);
   }
 }

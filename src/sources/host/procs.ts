@@ -3,7 +3,8 @@
  * block-I/O delay; reads are synchronous (procfs is in memory) and the loop yields every
  * YIELD_EVERY processes so a node with many processes does not hold the event loop.
  */
-import { readFileSmall, listDir } from './read.ts';
+import fs from 'node:fs';
+import { listDir } from './read.ts';
 import { hostPath } from './paths.ts';
 
 export interface ProcSample {
@@ -22,9 +23,30 @@ export function parseProcStat(pid: number, text: string): ProcSample | undefined
   const open = text.indexOf('(');
   const close = text.lastIndexOf(')');
   if (open < 0 || close < open) return undefined;
-  const rest = text.slice(close + 2).split(' ');
-  // rest[0] is field 3 (state), so field N is rest[N - 3].
-  return { pid, comm: text.slice(open + 1, close), state: rest[0] ?? '?', blkioTicks: Number(rest[39] ?? 0) || 0 };
+  // Field 3 (state) starts at close + 2; walk 39 spaces to field 42 without splitting all 50 fields.
+  let at = close + 2;
+  for (let f = 3; f < 42 && at > 0; f++) at = text.indexOf(' ', at) + 1;
+  const ticks = at > 0 ? parseInt(text.slice(at, text.indexOf(' ', at) >>> 0), 10) : 0;
+  return { pid, comm: text.slice(open + 1, close), state: text.charAt(close + 2) || '?', blkioTicks: ticks || 0 };
+}
+
+const statBuf = Buffer.allocUnsafe(4096);
+
+/** One read: a stat line is well under 4 KiB and procfs returns it whole, so skip the EOF read. */
+function readStat(file: string): string | undefined {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch {
+    return undefined; // exited since readdir
+  }
+  try {
+    return statBuf.toString('utf8', 0, fs.readSync(fd, statBuf, 0, statBuf.length, null));
+  } catch {
+    return undefined;
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 export async function scanProcesses(root: string, signal?: AbortSignal): Promise<ProcSample[]> {
@@ -38,8 +60,8 @@ export async function scanProcesses(root: string, signal?: AbortSignal): Promise
       await new Promise<void>((r) => setImmediate(r));
       signal?.throwIfAborted();
     }
-    const text = readFileSmall(`${base}/${name}/stat`);
-    if (text === undefined) continue; // exited since readdir
+    const text = readStat(`${base}/${name}/stat`);
+    if (text === undefined) continue;
     const s = parseProcStat(Number(name), text);
     if (s) out.push(s);
   }

@@ -8,6 +8,7 @@
  */
 import koffi from 'koffi';
 import { NvmlLoadError } from './errors.ts';
+import { NVML_FUNCTION_NAMES } from './protocol.ts';
 
 /** Opaque handles (nvmlDevice_t, nvmlEventSet_t) are BigInt addresses in koffi 3. */
 export type Handle = bigint;
@@ -185,8 +186,13 @@ const DECLS: Record<NvmlFnName, string> = {
   nvmlDeviceValidateInforom: 'int nvmlDeviceValidateInforom(nvmlDevice_t device)',
 };
 
+// Compile-time check that protocol.ts lists exactly the functions declared here.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
+const sameNames: Same<NvmlFnName, (typeof NVML_FUNCTION_NAMES)[number]> = true;
+void sameNames;
+
 /** Stable numbering of the bound functions, shared with the main thread for watchdog reports. */
-export const NVML_FUNCTIONS = Object.keys(DECLS) as NvmlFnName[];
+export const NVML_FUNCTIONS: readonly NvmlFnName[] = NVML_FUNCTION_NAMES;
 
 const REQUIRED: readonly NvmlFnName[] = ['nvmlInit_v2', 'nvmlShutdown', 'nvmlDeviceGetCount_v2', 'nvmlDeviceGetHandleByIndex_v2'];
 
@@ -232,29 +238,7 @@ export function cString(buf: Buffer): string {
 /** Buffer sizes from nvml.h. */
 export const BUF = { uuid: 96, name: 96, serial: 30, driverVersion: 80 } as const;
 
-/** Event type bits (nvmlEventType*). */
-export const EVENT = {
-  SingleBitEccError: 0x1,
-  DoubleBitEccError: 0x2,
-  PState: 0x4,
-  XidCriticalError: 0x8,
-  DramRetirementEvent: 0x400,
-  DramRetirementFailure: 0x800,
-  NonFatalPoisonError: 0x1000,
-  FatalPoisonError: 0x2000,
-  GpuUnavailableError: 0x4000,
-  GpuRecoveryAction: 0x8000,
-} as const;
-
-/** Clock event (throttle) reason bits; only the HW ones matter for health. */
-export const CLOCK_REASON = {
-  GpuIdle: 0x1,
-  SwPowerCap: 0x4,
-  HwSlowdown: 0x8,
-  SwThermalSlowdown: 0x20,
-  HwThermalSlowdown: 0x40,
-  HwPowerBrakeSlowdown: 0x80,
-} as const;
+export { EVENT_BITS as EVENT, CLOCK_REASON_BITS as CLOCK_REASON } from './protocol.ts';
 
 /** nvmlDeviceGetFieldValues field id for the driver's recommended recovery action. */
 export const FI_DEV_GET_GPU_RECOVERY_ACTION = 230;

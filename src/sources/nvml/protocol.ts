@@ -3,6 +3,82 @@
  * raw data they carry. Plain structured-cloneable objects only: no koffi values cross threads.
  */
 
+/**
+ * Every NVML function Vigil binds, in a fixed order: the index is how the worker names the call in
+ * progress (shared control array) and in call statistics. native.ts checks it matches its bindings.
+ */
+export const NVML_FUNCTION_NAMES = [
+  'nvmlInit_v2',
+  'nvmlShutdown',
+  'nvmlErrorString',
+  'nvmlSystemGetDriverVersion',
+  'nvmlDeviceGetCount_v2',
+  'nvmlDeviceGetHandleByIndex_v2',
+  'nvmlDeviceGetUUID',
+  'nvmlDeviceGetName',
+  'nvmlDeviceGetSerial',
+  'nvmlDeviceGetPciInfo_v3',
+  'nvmlDeviceGetSupportedEventTypes',
+  'nvmlEventSetCreate',
+  'nvmlDeviceRegisterEvents',
+  'nvmlEventSetWait_v2',
+  'nvmlEventSetFree',
+  'nvmlDeviceGetRemappedRows',
+  'nvmlDeviceGetRetiredPages',
+  'nvmlDeviceGetRetiredPagesPendingStatus',
+  'nvmlDeviceGetTotalEccErrors',
+  'nvmlDeviceGetPcieReplayCounter',
+  'nvmlDeviceGetCurrPcieLinkGeneration',
+  'nvmlDeviceGetMaxPcieLinkGeneration',
+  'nvmlDeviceGetCurrPcieLinkWidth',
+  'nvmlDeviceGetMaxPcieLinkWidth',
+  'nvmlDeviceGetCurrentClocksEventReasons',
+  'nvmlDeviceGetCurrentClocksThrottleReasons',
+  'nvmlDeviceGetTemperature',
+  'nvmlDeviceGetTemperatureThreshold',
+  'nvmlDeviceGetNvLinkState',
+  'nvmlDeviceGetNvLinkErrorCounter',
+  'nvmlDeviceGetFieldValues',
+  'nvmlDeviceValidateInforom',
+] as const;
+
+/** nvmlEventType bits. Bits from 0x200 up exist only on newer drivers; AND with the supported mask. */
+export const EVENT_BITS = {
+  SingleBitEccError: 0x1,
+  DoubleBitEccError: 0x2,
+  PState: 0x4,
+  XidCriticalError: 0x8,
+  DramRetirementEvent: 0x400,
+  DramRetirementFailure: 0x800,
+  NonFatalPoisonError: 0x1000,
+  FatalPoisonError: 0x2000,
+  GpuUnavailableError: 0x4000,
+  GpuRecoveryAction: 0x8000,
+} as const;
+
+/**
+ * Events Vigil subscribes to. Not SBE (correctable, counted by the driver), not poison events
+ * (the Xid 94/95 they come with is reported already), not PState/clock changes (noise).
+ */
+export const DEFAULT_EVENT_MASK =
+  EVENT_BITS.XidCriticalError |
+  EVENT_BITS.DoubleBitEccError |
+  EVENT_BITS.DramRetirementFailure |
+  EVENT_BITS.GpuUnavailableError |
+  EVENT_BITS.GpuRecoveryAction;
+
+/** Clock event (throttle) reason bits; only the HW ones matter for health. */
+export const CLOCK_REASON_BITS = {
+  GpuIdle: 0x1,
+  ApplicationsClocksSetting: 0x2,
+  SwPowerCap: 0x4,
+  HwSlowdown: 0x8,
+  SyncBoost: 0x10,
+  SwThermalSlowdown: 0x20,
+  HwThermalSlowdown: 0x40,
+  HwPowerBrakeSlowdown: 0x80,
+} as const;
+
 /** What NVML says about one GPU's identity, before PCI normalisation. */
 export interface RawIdentity {
   index: number;
@@ -80,6 +156,8 @@ export interface SerializedError {
 }
 
 export type PollResponse =
+  /** Sent while a poll runs, per GPU, so a later hang can still name the GPU it hung on. */
+  | { id: number; progress: RawIdentity }
   | { id: number; ok: true; result: unknown; stats: CallStats }
   | { id: number; ok: false; error: SerializedError; stats: CallStats };
 

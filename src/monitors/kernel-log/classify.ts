@@ -1,0 +1,199 @@
+/**
+ * Turns kernel log lines into findings: built-in rules (rules.ts), user rules and NPD configs.
+ *
+ * Pure apart from small, bounded state, with the clock passed in as `at`:
+ *  - a PCI -> GPU UUID map learnt from "NVRM: GPU at PCI:...: GPU-<uuid>" lines;
+ *  - the start of the multi-record "NVRM: The NVIDIA GPU <pci>" / ... / "fallen off the bus and is
+ *    not responding to commands." message, joined within `joinWindowMs` (the same text arriving
+ *    as one record with embedded newlines is matched directly);
+ *  - when each GPU last raised NvidiaXID79Error, so a GPU that falls off the bus is reported once
+ *    even when both the fallen-off text and the Xid 79 line arrive (either order);
+ *  - the NPD line buffers.
+ */
+import type { Finding, SourceName } from '../../api/types.ts';
+import type { NpdConfig } from './npd.ts';
+import { NpdMatcher } from './npd.ts';
+import {
+  BUILTIN_RULES, DEFAULT_FATAL_XIDS, DEFAULT_IGNORED_BLOCK_DEVICES, DEFAULT_PCIE_CORRECTED_THRESHOLD,
+  fallenOffHit, normalizePci, type KernelRule, type RuleEnv, type RuleHit,
+} from './rules.ts';
+import { fillGroups, type UserRule } from './user-rules.ts';
+
+/** What the classifier needs from a line (a KmsgRecord or a parsed LogLine both fit). */
+export interface ClassifiableLine {
+  message: string;
+  seq?: number;
+  level?: number;
+}
+
+export interface ClassifierOptions {
+  /** Xids that raise NvidiaXID<N>Error; others raise NvidiaXID<N>Warning. */
+  fatalXids?: Iterable<number>;
+  /** PCIeCorrectedErrors fires at `count` corrected errors on one device within `windowMs`. */
+  pcieCorrectedThreshold?: { count: number; windowMs: number };
+  /** Block devices whose I/O errors are ignored (default fd*, sr*, loop*). */
+  ignoredBlockDevices?: RegExp;
+  /** Maps a PCIe device (BDF) to the GPU below it, for AER findings (supplied by the GPU monitor). */
+  gpuAbove?: (bdf: string) => string | undefined;
+  userRules?: readonly UserRule[];
+  npd?: readonly NpdConfig[];
+  /** How long the parts of a multi-record message may be apart (default 2 s). */
+  joinWindowMs?: number;
+  /** A second NvidiaXID79Error for the same GPU within this window is dropped (default 5 min). */
+  xid79DedupMs?: number;
+  /** Log text kept in a finding's message (default 512 chars). */
+  maxMessageChars?: number;
+  source?: SourceName;
+}
+
+const UUID_LINE = /NVRM: GPU at PCI:([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})/;
+const FALLEN_START = /NVRM: The NVIDIA GPU ((?:PCI:)?[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)/;
+const FALLEN_END = 'fallen off the bus and is not responding to commands';
+const MAX_GPUS = 256;
+
+function escapeRe(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+}
+
+export class KernelLogClassifier {
+  private readonly env: RuleEnv;
+  private readonly rules: readonly KernelRule[];
+  /** One test of every keyword of every built-in rule: most lines stop here. */
+  private readonly prefilter: RegExp;
+  private readonly userRules: readonly UserRule[];
+  private readonly npd: NpdMatcher[];
+  private readonly joinWindowMs: number;
+  private readonly xid79DedupMs: number;
+  private readonly maxChars: number;
+  private readonly source: SourceName;
+  private readonly uuids = new Map<string, string>();
+  private readonly xid79At = new Map<string, number>();
+  private fallenStart: { pci: string; at: number } | undefined;
+
+  constructor(opts: ClassifierOptions = {}) {
+    this.env = {
+      fatalXids: new Set(opts.fatalXids ?? DEFAULT_FATAL_XIDS),
+      pcieCorrectedThreshold: opts.pcieCorrectedThreshold ?? { ...DEFAULT_PCIE_CORRECTED_THRESHOLD },
+      ignoredBlockDevices: opts.ignoredBlockDevices ?? DEFAULT_IGNORED_BLOCK_DEVICES,
+      ...(opts.gpuAbove ? { gpuAbove: opts.gpuAbove } : {}),
+    };
+    this.rules = BUILTIN_RULES;
+    const words = new Set<string>(['NVRM']);
+    for (const r of this.rules) for (const k of r.keywords) words.add(k);
+    this.prefilter = new RegExp([...words].map(escapeRe).join('|'));
+    this.userRules = opts.userRules ?? [];
+    this.source = opts.source ?? 'kmsg';
+    this.maxChars = opts.maxMessageChars ?? 512;
+    this.npd = (opts.npd ?? []).map((c) => new NpdMatcher(c, { source: this.source, maxMessageChars: this.maxChars }));
+    this.joinWindowMs = opts.joinWindowMs ?? 2000;
+    this.xid79DedupMs = opts.xid79DedupMs ?? 300_000;
+  }
+
+  /** Known PCI address -> GPU UUID pairs (from the driver's "GPU at PCI" lines). */
+  gpuUuids(): ReadonlyMap<string, string> {
+    return this.uuids;
+  }
+
+  /** Classifies one line observed at `at` (ms since the epoch). */
+  classify(line: ClassifiableLine, at: number): Finding[] {
+    const msg = line.message;
+    if (typeof msg !== 'string' || msg === '') return [];
+    const out: Finding[] = [];
+    if (this.prefilter.test(msg)) {
+      const hit = this.builtin(msg, at);
+      if (hit) out.push(this.toFinding(hit, msg, at));
+    }
+    for (const r of this.userRules) {
+      const f = this.user(r, msg, at);
+      if (f) out.push(f);
+    }
+    for (const n of this.npd) for (const f of n.match(msg, at)) out.push(f);
+    return out;
+  }
+
+  private builtin(msg: string, at: number): RuleHit | null {
+    if (msg.includes('NVRM')) {
+      const nv = this.nvidiaState(msg, at);
+      if (nv !== undefined) return nv;
+    }
+    for (const rule of this.rules) {
+      if (!rule.keywords.some((k) => msg.includes(k))) continue;
+      const hit = rule.match(msg, this.env);
+      if (!hit) continue;
+      if (hit.reason === 'NvidiaXID79Error' && this.seenXid79(hit.entity, at)) return null;
+      return hit;
+    }
+    return null;
+  }
+
+  /** The stateful NVIDIA lines; undefined means "not one of them, try the rules". */
+  private nvidiaState(msg: string, at: number): RuleHit | null | undefined {
+    const u = UUID_LINE.exec(msg);
+    if (u) {
+      if (this.uuids.size >= MAX_GPUS && !this.uuids.has(normalizePci(u[1]!))) this.uuids.delete(this.uuids.keys().next().value!);
+      this.uuids.set(normalizePci(u[1]!), u[2]!.toLowerCase().replace(/^gpu-/, 'GPU-'));
+      return null;
+    }
+    const start = FALLEN_START.exec(msg);
+    if (start) this.fallenStart = { pci: normalizePci(start[1]!), at };
+    if (!msg.includes(FALLEN_END)) return start ? null : undefined;
+    // The end of the multi-line message: in this record, or within the window after its start.
+    const s = this.fallenStart;
+    this.fallenStart = undefined;
+    const pci = s && at - s.at <= this.joinWindowMs ? s.pci : undefined;
+    const hit = fallenOffHit(pci);
+    return this.seenXid79(hit.entity, at) ? null : hit;
+  }
+
+  /** Records an Xid 79 for the GPU; true when one was already reported within the window. */
+  private seenXid79(entity: string, at: number): boolean {
+    const last = this.xid79At.get(entity);
+    if (last !== undefined && at - last >= 0 && at - last < this.xid79DedupMs) return true;
+    if (this.xid79At.size >= MAX_GPUS) {
+      for (const [k, t] of this.xid79At) if (at - t >= this.xid79DedupMs) this.xid79At.delete(k);
+      if (this.xid79At.size >= MAX_GPUS) this.xid79At.clear();
+    }
+    this.xid79At.set(entity, at);
+    return false;
+  }
+
+  private toFinding(hit: RuleHit, msg: string, at: number): Finding {
+    const f: Finding = { reason: hit.reason, message: `${hit.summary}: ${this.logText(msg)}`, source: this.source, entity: hit.entity, at };
+    const attrs = hit.attrs ? { ...hit.attrs } : undefined;
+    const pci = attrs?.pci;
+    if (attrs && typeof pci === 'string') {
+      const uuid = this.uuids.get(pci);
+      if (uuid) attrs.uuid = uuid;
+    }
+    if (attrs) f.attrs = attrs;
+    if (hit.threshold) f.threshold = hit.threshold;
+    return f;
+  }
+
+  private user(r: UserRule, msg: string, at: number): Finding | null {
+    if (r.contains && !r.contains.some((c) => msg.includes(c))) return null;
+    const m = r.re.exec(msg);
+    if (!m) return null;
+    const text = this.logText(msg);
+    const f: Finding = {
+      reason: r.reason,
+      message: r.message ? `${fillGroups(r.message, m)}: ${text}` : text,
+      source: this.source,
+      entity: r.entity ? fillGroups(r.entity, m) : '',
+      at,
+      attrs: { rule: r.name },
+    };
+    if (r.severity) f.severity = r.severity;
+    if (r.condition) f.condition = r.condition;
+    if (r.recovery) f.recovery = r.recovery;
+    if (r.threshold) f.threshold = r.threshold;
+    return f;
+  }
+
+  /** The log text for a message: one line, cut to maxMessageChars. */
+  private logText(msg: string): string {
+    const flat = msg.length > this.maxChars * 2 ? msg.slice(0, this.maxChars * 2) : msg;
+    const one = flat.replace(/\s*\n\s*/g, ' ').trim();
+    return one.length > this.maxChars ? `${one.slice(0, this.maxChars)}...` : one;
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * The kernel-log monitor: /dev/kmsg records -> KernelLogClassifier -> findings.
+ *
+ * A finding's `at` is the record's own time (boot time + its monotonic timestamp, capped at
+ * now), so records replayed from the ring after a start carry when they happened, and the
+ * engine's TTLs and thresholds count from there. The state store persists `cursor()` so a
+ * restart neither replays nor skips records; `onCursor` fires after each batch to prompt a save.
+ */
+import type { Registry } from 'prom-client';
+import type { FindingSink, Monitor } from '../../api/types.ts';
+import type { KmsgRecord } from '../../sources/kmsg/parse.ts';
+import { KmsgReader, type KmsgCursor, type KmsgReaderOptions } from '../../sources/kmsg/reader.ts';
+import { KernelLogClassifier, type ClassifierOptions } from './classify.ts';
+import type { NpdCondition } from './npd.ts';
+
+/** What the monitor needs from a reader (KmsgReader; tests pass a fake). */
+export interface KmsgReaderLike {
+  start(): void;
+  stop(): Promise<void>;
+  cursor(): KmsgCursor;
+  timeOf(rec: KmsgRecord): number;
+}
+
+export interface KernelLogMonitorOptions {
+  /** The persisted cursor from the state store, if any. */
+  cursor?: KmsgCursor;
+  /** Reader settings: path, lookbackMs, newBootLookbackMs, batchSize, wait, intervalMs. */
+  reader?: Omit<KmsgReaderOptions, 'cursor' | 'registry' | 'onRecords' | 'onLost' | 'onError'>;
+  classifier?: ClassifierOptions;
+  registry?: Registry;
+  /**
+   * Only classify records the kernel wrote (facility 0). Off by default, because fault injection
+   * in tests writes to /dev/kmsg from user space (facility 1 and up).
+   */
+  kernelOnly?: boolean;
+  /** Called after every batch with the new cursor (e.g. to schedule a state save). */
+  onCursor?: (cursor: KmsgCursor) => void;
+  onError?: (err: Error) => void;
+  now?: () => number;
+  /** Test seam. */
+  createReader?: (opts: KmsgReaderOptions) => KmsgReaderLike;
+}
+
+export class KernelLogMonitor implements Monitor {
+  readonly name = 'kernel-log';
+  /** Extra condition types declared by the loaded NPD files, for the engine to manage. */
+  readonly npdConditions: readonly NpdCondition[];
+  private readonly classifier: KernelLogClassifier;
+  private readonly now: () => number;
+  private reader: KmsgReaderLike | undefined;
+  private lastCursor: KmsgCursor | undefined;
+  private out: FindingSink | undefined;
+  /** Records lost to ring overruns since start (also in vigil_kmsg_lost_records_total). */
+  lost = 0;
+
+  constructor(private readonly opts: KernelLogMonitorOptions = {}) {
+    this.classifier = new KernelLogClassifier(opts.classifier);
+    this.now = opts.now ?? Date.now;
+    this.lastCursor = opts.cursor;
+    const seen = new Map<string, NpdCondition>();
+    for (const c of opts.classifier?.npd ?? []) for (const cond of c.conditions) if (!seen.has(cond.type)) seen.set(cond.type, cond);
+    this.npdConditions = [...seen.values()];
+  }
+
+  /** The cursor to persist; undefined until the reader has started and no cursor was given. */
+  cursor(): KmsgCursor | undefined {
+    return this.reader?.cursor() ?? this.lastCursor;
+  }
+
+  /** PCI address -> GPU UUID learnt from the driver's log lines. */
+  gpuUuids(): ReadonlyMap<string, string> {
+    return this.classifier.gpuUuids();
+  }
+
+  /** Opens /dev/kmsg; throws if it cannot be read (the caller reports the monitor as failed). */
+  start(out: FindingSink): void {
+    if (this.reader) return;
+    this.out = out;
+    const ro: KmsgReaderOptions = {
+      ...this.opts.reader,
+      onRecords: (recs) => this.onRecords(recs),
+      onLost: (n) => { this.lost += n; },
+      onError: (err) => this.opts.onError?.(err),
+    };
+    if (this.lastCursor) ro.cursor = this.lastCursor;
+    if (this.opts.registry) ro.registry = this.opts.registry;
+    // Set before start(): the first batch is delivered synchronously from start().
+    this.reader = (this.opts.createReader ?? ((o) => new KmsgReader(o)))(ro);
+    try {
+      this.reader.start();
+    } catch (err) {
+      this.reader = undefined;
+      throw err;
+    }
+  }
+
+  async stop(): Promise<void> {
+    const r = this.reader;
+    if (!r) return;
+    this.lastCursor = r.cursor();
+    this.reader = undefined;
+    await r.stop();
+  }
+
+  private onRecords(recs: KmsgRecord[]): void {
+    const out = this.out;
+    const reader = this.reader;
+    if (!out) return;
+    const now = this.now();
+    for (const rec of recs) {
+      if (this.opts.kernelOnly && rec.facility !== 0) continue;
+      const at = Math.min(now, reader ? reader.timeOf(rec) : now);
+      try {
+        for (const f of this.classifier.classify(rec, at)) out.finding(f);
+      } catch (err) {
+        this.opts.onError?.(err as Error);
+      }
+    }
+    const c = reader?.cursor();
+    if (c && this.opts.onCursor) this.opts.onCursor(c);
+  }
+}

@@ -1,0 +1,267 @@
+/**
+ * Runs node-problem-detector system-log-monitor JSON files unchanged (e.g. NPD's
+ * config/kernel-monitor.json), with NPD's semantics:
+ *  - every line is pushed into a buffer of the last `bufferSize` lines (default 10), and each rule's
+ *    Go regex must match the buffer, joined with "\n", up to its very end (Go `pattern + \z`);
+ *  - `temporary` rules give Warning findings; `permanent` ones Fatal findings on the rule's
+ *    `condition` (untilReboot: NPD never sets them back, short of a restart);
+ *  - `conditions[]` declare extra condition types with their healthy reason and message, exported
+ *    for the engine; `skipList` substrings drop a line before matching;
+ *  - `patternGeneratedMessageSuffix` turns the message into "<log>; <suffix>".
+ * Go RE2 syntax is translated to JS (inline flags, \z, \A, (?P<name>), POSIX classes, \Q..\E).
+ */
+import { readFileSync } from 'node:fs';
+import type { ConditionType, Finding, SourceName } from '../../api/types.ts';
+import { CONDITION_TYPES } from '../../api/types.ts';
+import { parseDuration } from '../../util/duration.ts';
+
+/** A condition type an NPD file declares, with its healthy reason and message. */
+export interface NpdCondition {
+  type: ConditionType;
+  reason: string;
+  message: string;
+}
+
+export interface NpdRule {
+  type: 'temporary' | 'permanent';
+  condition?: ConditionType;
+  reason: string;
+  pattern: string;
+  /** Matches a whole buffer, anchored at its end. */
+  re: RegExp;
+  /** False when the pattern cannot match a newline, so the current line alone decides. */
+  multiline: boolean;
+  suffix?: string;
+}
+
+export interface NpdConfig {
+  file: string;
+  plugin: string;
+  source: string;
+  logPath?: string;
+  lookbackMs?: number;
+  delayMs?: number;
+  bufferSize: number;
+  skipList: readonly string[];
+  conditions: readonly NpdCondition[];
+  rules: readonly NpdRule[];
+}
+
+const POSIX: Record<string, string> = {
+  alnum: '0-9A-Za-z', alpha: 'A-Za-z', ascii: '\\x00-\\x7F', blank: '\\t ', cntrl: '\\x00-\\x1F\\x7F',
+  digit: '0-9', graph: '!-~', lower: 'a-z', print: ' -~', punct: '!-\\/:-@\\[-`{-~', space: '\\t\\n\\v\\f\\r ',
+  upper: 'A-Z', word: '0-9A-Za-z_', xdigit: '0-9A-Fa-f',
+};
+
+/** Translates a Go RE2 pattern to a JS RegExp source and flags; throws on what JS cannot express. */
+export function goRegexToJs(pattern: string): { source: string; flags: string } {
+  let src = pattern;
+  let flags = '';
+  const lead = /^\(\?([imsU]+)\)/.exec(src);
+  if (lead) {
+    if (lead[1]!.includes('U')) throw new Error('the ungreedy flag (?U) has no JS equivalent');
+    flags = [...new Set(lead[1]!.split(''))].join('');
+    src = src.slice(lead[0].length);
+  }
+  if (/\(\?[imsU-]+[:)]/.test(src)) throw new Error('inline flag groups other than a leading (?flags) are not supported');
+  src = src.replace(/\\Q([\s\S]*?)(?:\\E|$)/g, (_m, lit: string) => lit.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&'));
+  src = src.replace(/\(\?P</g, '(?<');
+  src = src.replace(/\[:(\^?)(\w+):\]/g, (m, neg: string, name: string) => {
+    const cls = POSIX[name];
+    if (!cls) throw new Error(`unknown POSIX class [:${name}:]`);
+    if (neg) throw new Error(`negated POSIX class [:^${name}:] is not supported`);
+    return cls;
+  });
+  src = src.replace(/\\z/g, '(?![\\s\\S])').replace(/\\A/g, '(?<![\\s\\S])');
+  if (/\\[pP][A-Za-z]/.test(src)) {
+    src = src.replace(/\\([pP])([A-Za-z])/g, '\\$1{$2}');
+    flags += 'u';
+  }
+  return { source: src, flags };
+}
+
+/** Whether a translated pattern could match "\n" and so needs the joined buffer. */
+function mayMatchNewline(source: string, flags: string): boolean {
+  return flags.includes('s') || /\\[nsWD]|\[\^|\\x0[aA]|\\u000[aA]|\\012|\\c[Jj]|\\[pP]/.test(source);
+}
+
+/** Parses and validates an NPD system-log-monitor JSON text. Throws with file, rule and field named. */
+export function parseNpdConfig(text: string, file: string): NpdConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file}: invalid JSON: ${(err as Error).message}`);
+  }
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${file}: expected a JSON object`);
+  const o = raw as Record<string, unknown>;
+  const str = (key: string, v: unknown, where = file): string => {
+    if (typeof v !== 'string') throw new Error(`${where}: field "${key}": expected a string`);
+    return v;
+  };
+  const optStr = (key: string): string | undefined => (o[key] === undefined ? undefined : str(key, o[key]));
+
+  const plugin = optStr('plugin') ?? 'kmsg';
+  const bufferSize = o.bufferSize === undefined ? 10 : o.bufferSize;
+  if (typeof bufferSize !== 'number' || !Number.isInteger(bufferSize) || bufferSize < 1 || bufferSize > 1000) {
+    throw new Error(`${file}: field "bufferSize": expected an integer from 1 to 1000`);
+  }
+  const dur = (key: string): number | undefined => {
+    const v = optStr(key);
+    if (v === undefined || v === '') return undefined;
+    const ms = parseGoDuration(v);
+    if (ms === undefined) throw new Error(`${file}: field "${key}": invalid duration "${v}"`);
+    return ms;
+  };
+  const skip = o.skipList ?? [];
+  if (!Array.isArray(skip) || skip.some((s) => typeof s !== 'string')) throw new Error(`${file}: field "skipList": expected a list of strings`);
+
+  const condList = o.conditions ?? [];
+  if (!Array.isArray(condList)) throw new Error(`${file}: field "conditions": expected a list`);
+  const conditions: NpdCondition[] = condList.map((c, i) => {
+    const where = `${file}: conditions[${i}]`;
+    if (!c || typeof c !== 'object') throw new Error(`${where}: expected an object`);
+    const cc = c as Record<string, unknown>;
+    return { type: str('type', cc.type, where), reason: str('reason', cc.reason, where), message: str('message', cc.message ?? '', where) };
+  });
+  const declared = new Set<string>([...conditions.map((c) => c.type), ...CONDITION_TYPES]);
+
+  const ruleList = o.rules ?? [];
+  if (!Array.isArray(ruleList)) throw new Error(`${file}: field "rules": expected a list`);
+  const rules = ruleList.map((r, i) => compileNpdRule(r, i, file, declared));
+
+  const cfg: NpdConfig = {
+    file, plugin, source: optStr('source') ?? 'npd', bufferSize, skipList: skip as string[], conditions, rules,
+  };
+  const logPath = optStr('logPath');
+  if (logPath !== undefined) cfg.logPath = logPath;
+  const lookbackMs = dur('lookback');
+  if (lookbackMs !== undefined) cfg.lookbackMs = lookbackMs;
+  const delayMs = dur('delay');
+  if (delayMs !== undefined) cfg.delayMs = delayMs;
+  return cfg;
+}
+
+/** Reads and parses an NPD system-log-monitor JSON file. */
+export function loadNpdConfig(file: string): NpdConfig {
+  return parseNpdConfig(readFileSync(file, 'utf8'), file);
+}
+
+function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<string>): NpdRule {
+  const o = (raw && typeof raw === 'object' ? raw : {}) as Record<string, unknown>;
+  const where = `${file}: rules[${i}]${typeof o.reason === 'string' ? ` (${o.reason})` : ''}`;
+  if (!raw || typeof raw !== 'object') throw new Error(`${where}: expected an object`);
+  if (o.type !== 'temporary' && o.type !== 'permanent') throw new Error(`${where}: field "type": expected "temporary" or "permanent"`);
+  if (typeof o.reason !== 'string' || o.reason === '') throw new Error(`${where}: field "reason": expected a non-empty string`);
+  if (typeof o.pattern !== 'string' || o.pattern === '') throw new Error(`${where}: field "pattern": expected a non-empty string`);
+  let js: { source: string; flags: string };
+  let re: RegExp;
+  try {
+    js = goRegexToJs(o.pattern);
+    // An unanchored search for ".*X" matches exactly where "X" does (without the s flag ".*" stays
+    // on one line), and V8, unlike RE2, spends quadratic time on the leading ".*" of a long line.
+    if (!js.flags.includes('s')) js.source = js.source.replace(/^(?:\.\*)+(?![*+?{])/, '');
+    re = new RegExp(`(?:${js.source})(?![\\s\\S])`, js.flags);
+  } catch (err) {
+    throw new Error(`${where}: field "pattern": invalid regular expression: ${(err as Error).message}`);
+  }
+  const rule: NpdRule = { type: o.type, reason: o.reason, pattern: o.pattern, re, multiline: mayMatchNewline(js.source, js.flags) };
+  if (o.condition !== undefined && o.condition !== '') {
+    if (typeof o.condition !== 'string') throw new Error(`${where}: field "condition": expected a string`);
+    rule.condition = o.condition;
+  }
+  if (o.type === 'permanent') {
+    if (!rule.condition) throw new Error(`${where}: field "condition": required for a permanent rule`);
+    if (!declared.has(rule.condition)) throw new Error(`${where}: field "condition": ${rule.condition} is not declared in "conditions"`);
+  }
+  if (o.patternGeneratedMessageSuffix !== undefined) {
+    if (typeof o.patternGeneratedMessageSuffix !== 'string') throw new Error(`${where}: field "patternGeneratedMessageSuffix": expected a string`);
+    if (o.patternGeneratedMessageSuffix) rule.suffix = o.patternGeneratedMessageSuffix;
+  }
+  return rule;
+}
+
+/** Go's time.ParseDuration subset NPD configs use ("5m", "1h30m", "0"), via the project parser. */
+function parseGoDuration(s: string): number | undefined {
+  if (s === '0') return 0;
+  const parts = s.match(/\d+(?:\.\d+)?(?:ms|s|m|h)/g);
+  if (!parts || parts.join('') !== s) return undefined;
+  return parts.reduce((sum, p) => sum + parseDuration(p)!, 0);
+}
+
+/** Longest line NPD rules see. */
+const MAX_LINE = 4096;
+
+export interface NpdOptions {
+  /** Condition for temporary rules, which NPD reports as events only (default KernelReady). */
+  defaultCondition?: ConditionType;
+  /** How long a temporary finding stays active (default 10 min). */
+  temporaryTtlMs?: number;
+  source?: SourceName;
+  maxMessageChars?: number;
+}
+
+/** One NPD config's buffer and rules. Pure apart from the buffer; the clock comes in as `at`. */
+export class NpdMatcher {
+  private readonly buffer: string[] = [];
+  private readonly anyMultiline: boolean;
+
+  constructor(readonly config: NpdConfig, private readonly opts: NpdOptions = {}) {
+    this.anyMultiline = config.rules.some((r) => r.multiline);
+  }
+
+  match(message: string, at: number): Finding[] {
+    // Trimmed as NPD's kmsg watcher does, and cut: the kernel's own limit is 1 KiB per record, and
+    // JS regexes, unlike Go's RE2, can take quadratic time on long lines.
+    const line = message.trim().slice(0, MAX_LINE);
+    if (line === '') return [];
+    for (const s of this.config.skipList) if (line.includes(s)) return [];
+    this.buffer.push(line);
+    if (this.buffer.length > this.config.bufferSize) this.buffer.shift();
+    let joined: string | undefined;
+    const out: Finding[] = [];
+    for (const rule of this.config.rules) {
+      let text: string;
+      if (rule.multiline && this.anyMultiline) {
+        joined ??= this.buffer.join('\n');
+        const m = rule.re.exec(joined);
+        if (!m) continue;
+        text = coveredLines(this.buffer, joined, m.index);
+      } else {
+        if (!rule.re.test(line)) continue;
+        text = line;
+      }
+      out.push(this.finding(rule, text, at));
+    }
+    return out;
+  }
+
+  private finding(rule: NpdRule, text: string, at: number): Finding {
+    const max = this.opts.maxMessageChars ?? 512;
+    let message = text.length > max ? `${text.slice(0, max)}...` : text;
+    if (rule.suffix) message = `${message}; ${rule.suffix}`;
+    const permanent = rule.type === 'permanent';
+    return {
+      reason: rule.reason,
+      message,
+      source: this.opts.source ?? 'kmsg',
+      entity: '',
+      at,
+      severity: permanent ? 'Fatal' : 'Warning',
+      condition: rule.condition ?? this.opts.defaultCondition ?? 'KernelReady',
+      recovery: permanent ? { kind: 'untilReboot' } : { kind: 'ttl', ttlMs: this.opts.temporaryTtlMs ?? 600_000 },
+      attrs: { npdSource: this.config.source, npdFile: this.config.file },
+    };
+  }
+}
+
+/** The buffered lines a match starting at `start` covers, joined as NPD reports them. */
+function coveredLines(buffer: readonly string[], joined: string, start: number): string {
+  let pos = 0;
+  for (let i = 0; i < buffer.length; i++) {
+    const end = pos + buffer[i]!.length;
+    if (start <= end) return buffer.slice(i).join('\n');
+    pos = end + 1;
+  }
+  return buffer[buffer.length - 1] ?? joined;
+}

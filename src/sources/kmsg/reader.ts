@@ -1,0 +1,253 @@
+/**
+ * Reads kernel log records from /dev/kmsg as they arrive.
+ *
+ * The fd is opened O_RDONLY|O_NONBLOCK; each readSync returns exactly one record (the buffer must
+ * be >= 8 KiB or the kernel drops the record with EINVAL). Records are drained in bounded batches
+ * until EAGAIN, yielding to the event loop between batches; then a Waiter (a worker blocked in
+ * poll(2), see wait.ts) says when more arrive, so a quiet log costs nothing on the main thread.
+ * EPIPE means the ring overwrote records we had not read: the gap is counted from sequence
+ * numbers and reading continues from the oldest record left.
+ *
+ * Resume: with a cursor from this boot, records with seq <= cursor.seq are skipped (never
+ * replayed) and any gap after it is counted as lost. Without a cursor only records from the last
+ * `lookbackMs` are delivered; with a cursor from an earlier boot nothing of this boot has been
+ * seen, so by default the whole ring is delivered (`newBootLookbackMs`, default Infinity): after
+ * a repair reboot the boot-time faults (a GPU that fails to initialise) are the ones that matter.
+ */
+import { closeSync, constants, openSync, readFileSync, readSync } from 'node:fs';
+import { Counter, type Registry } from 'prom-client';
+import { readBootId } from '../../util/boot-id.ts';
+import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
+import { IntervalWaiter, PollWaiter, type Waiter, type WaiterHandlers } from './wait.ts';
+
+/** Where the reader is: persisted by the state store so a restart neither replays nor skips. */
+export interface KmsgCursor {
+  bootId: string;
+  seq: number;
+}
+
+/** The file operations the reader needs; tests substitute a fake device. */
+export interface KmsgIo {
+  open(path: string): number;
+  /** Returns the byte count of one record; throws errors with `code` EAGAIN / EPIPE / ... */
+  read(fd: number, buf: Buffer): number;
+  close(fd: number): void;
+}
+
+export interface KmsgReaderOptions {
+  path?: string;
+  cursor?: KmsgCursor;
+  /** Without a cursor: deliver records at most this old (default 5 min; 0 = only new records). */
+  lookbackMs?: number;
+  /** With a cursor from an earlier boot (default Infinity = the whole ring). */
+  newBootLookbackMs?: number;
+  /** Records per batch before yielding to the event loop (default 512). */
+  batchSize?: number;
+  /** How to wait for data: 'auto' tries the poll worker and falls back to 'interval'. */
+  wait?: 'auto' | 'poll' | 'interval';
+  /** Re-check period of the interval fallback (default 200 ms). */
+  intervalMs?: number;
+  registry?: Registry;
+  onRecords?: (records: KmsgRecord[]) => void;
+  onLost?: (n: number) => void;
+  onError?: (err: Error) => void;
+  /** Test seams. */
+  io?: KmsgIo;
+  bootId?: string;
+  uptimeMs?: () => number;
+  now?: () => number;
+}
+
+const READ_BUFFER = 16 * 1024;
+const DEFAULT_LOOKBACK_MS = 5 * 60_000;
+
+const realIo: KmsgIo = {
+  open: (path) => openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
+  read: (fd, buf) => readSync(fd, buf, 0, buf.length, null),
+  close: (fd) => closeSync(fd),
+};
+
+function readUptimeMs(): number {
+  return Math.round(Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000);
+}
+
+export class KmsgReader {
+  readonly path: string;
+  readonly bootId: string;
+  /** Wall-clock ms of boot (Date.now() - uptime), to turn record timestamps into times. */
+  readonly bootTimeMs: number;
+  recordsRead = 0;
+  recordsLost = 0;
+  parseErrors = 0;
+  truncated = 0;
+  /** Times the waiter woke the reader (a quiet log should leave this still). */
+  wakeups = 0;
+
+  private readonly io: KmsgIo;
+  private readonly buf = Buffer.alloc(READ_BUFFER);
+  private readonly batchSize: number;
+  private readonly minTsUsec: number;
+  private readonly metrics: ReturnType<typeof kmsgMetrics>;
+  private fd = -1;
+  private lastSeq: number;
+  private waiter: Waiter | undefined;
+  private running = false;
+  private draining = false;
+  private immediate: NodeJS.Immediate | undefined;
+
+  constructor(private readonly opts: KmsgReaderOptions = {}) {
+    this.path = opts.path ?? '/dev/kmsg';
+    this.io = opts.io ?? realIo;
+    this.bootId = opts.bootId ?? readBootId();
+    this.batchSize = Math.max(1, opts.batchSize ?? 512);
+    const now = (opts.now ?? Date.now)();
+    const uptimeMs = (opts.uptimeMs ?? readUptimeMs)();
+    this.bootTimeMs = now - uptimeMs;
+    const sameBoot = opts.cursor !== undefined && opts.cursor.bootId === this.bootId;
+    this.lastSeq = sameBoot ? opts.cursor!.seq : -1;
+    const lookback = sameBoot ? Infinity : opts.cursor ? (opts.newBootLookbackMs ?? Infinity) : (opts.lookbackMs ?? DEFAULT_LOOKBACK_MS);
+    this.minTsUsec = lookback === Infinity ? -1 : (uptimeMs - lookback) * 1000;
+    this.metrics = kmsgMetrics(opts.registry);
+  }
+
+  /** Which wait strategy is in use ('poll' worker or 'interval' fallback); undefined before start. */
+  get waitMode(): 'poll' | 'interval' | undefined {
+    return this.waiter?.mode;
+  }
+
+  /** The position to persist: the last record read in this boot (seq -1 before any). */
+  cursor(): KmsgCursor {
+    return { bootId: this.bootId, seq: this.lastSeq };
+  }
+
+  /** Wall-clock ms for a record's monotonic timestamp. */
+  timeOf(rec: KmsgRecord): number {
+    return this.bootTimeMs + Math.floor(rec.tsUsec / 1000);
+  }
+
+  /** Opens the device (throws if it cannot) and starts delivering records. */
+  start(): void {
+    if (this.running) return;
+    this.fd = this.io.open(this.path);
+    this.running = true;
+    this.waiter = this.makeWaiter();
+    this.drain();
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    if (this.immediate) clearImmediate(this.immediate);
+    const w = this.waiter;
+    this.waiter = undefined;
+    await w?.close();
+    try { this.io.close(this.fd); } catch { /* already gone */ }
+    this.fd = -1;
+  }
+
+  private makeWaiter(): Waiter {
+    const h: WaiterHandlers = {
+      onReady: () => { this.wakeups++; this.drain(); },
+      onError: (err) => this.waiterFailed(err),
+    };
+    const mode = this.opts.wait ?? 'auto';
+    if (mode !== 'interval' && this.io === realIo) {
+      try {
+        return new PollWaiter(this.fd, h);
+      } catch (err) {
+        if (mode === 'poll') throw err;
+        this.opts.onError?.(new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${(err as Error).message}`));
+      }
+    }
+    return new IntervalWaiter(this.opts.intervalMs ?? 200, h);
+  }
+
+  private waiterFailed(err: Error): void {
+    this.opts.onError?.(new Error(`kmsg: wait failed, falling back to interval polling: ${err.message}`));
+    if (!this.running) return;
+    const old = this.waiter;
+    this.waiter = new IntervalWaiter(this.opts.intervalMs ?? 200, { onReady: () => { this.wakeups++; this.drain(); }, onError: () => {} });
+    void old?.close();
+    this.waiter.arm();
+  }
+
+  /** Reads one bounded batch; schedules the next batch or re-arms the waiter. */
+  private drain(): void {
+    this.immediate = undefined;
+    if (!this.running || this.draining) return;
+    this.draining = true;
+    const batch: KmsgRecord[] = [];
+    let more = true;
+    try {
+      // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
+      for (let i = 0; i < this.batchSize * 2 && batch.length < this.batchSize; i++) {
+        let n: number;
+        try {
+          n = this.io.read(this.fd, this.buf);
+        } catch (err) {
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code === 'EAGAIN' || code === 'EWOULDBLOCK') { more = false; break; }
+          if (code === 'EPIPE') continue; // overwritten; the seq gap on the next record says how many
+          if (code === 'EINTR') continue;
+          throw err;
+        }
+        if (n <= 0) { more = false; break; }
+        this.accept(this.buf.toString('utf8', 0, n), batch);
+      }
+    } catch (err) {
+      more = false;
+      this.opts.onError?.(err as Error);
+    } finally {
+      this.draining = false;
+    }
+    if (batch.length) this.deliver(batch);
+    if (!this.running) return;
+    if (more) this.immediate = setImmediate(() => this.drain());
+    else this.waiter?.arm();
+  }
+
+  private accept(text: string, batch: KmsgRecord[]): void {
+    this.recordsRead++;
+    this.metrics.records.inc();
+    const rec = parseKmsgRecord(text);
+    if (!rec) {
+      this.parseErrors++;
+      this.metrics.parseErrors.inc();
+      return;
+    }
+    if (rec.seq <= this.lastSeq) return; // already seen before a restart
+    if (this.lastSeq >= 0 && rec.seq > this.lastSeq + 1) this.lost(rec.seq - this.lastSeq - 1);
+    this.lastSeq = rec.seq;
+    if (rec.tsUsec < this.minTsUsec) return; // older than the lookback
+    if (rec.truncated) this.truncated++;
+    batch.push(rec);
+  }
+
+  private lost(n: number): void {
+    this.recordsLost += n;
+    this.metrics.lost.inc(n);
+    try { this.opts.onLost?.(n); } catch (err) { this.opts.onError?.(err as Error); }
+  }
+
+  private deliver(batch: KmsgRecord[]): void {
+    try {
+      this.opts.onRecords?.(batch);
+    } catch (err) {
+      this.opts.onError?.(err as Error);
+    }
+  }
+}
+
+/** Counters on the given registry; reused if another reader registered them first. */
+function kmsgMetrics(registry: Registry | undefined) {
+  const get = (name: string, help: string): Counter => {
+    const existing = registry?.getSingleMetric(name);
+    if (existing) return existing as Counter;
+    return new Counter({ name, help, registers: registry ? [registry] : [] });
+  };
+  return {
+    records: get('vigil_kmsg_records_total', 'Records read from /dev/kmsg.'),
+    lost: get('vigil_kmsg_lost_records_total', 'Kernel log records overwritten before Vigil read them (sequence gaps).'),
+    parseErrors: get('vigil_kmsg_parse_errors_total', 'Records from /dev/kmsg that could not be parsed.'),
+  };
+}

@@ -1,0 +1,344 @@
+/**
+ * Gives a test file its own real control plane (kine + kube-apiserver, test/cluster/up.sh) and the
+ * identities Vigil uses: an admin, and Vigil's ServiceAccount whose rights are exactly the
+ * ClusterRole in deploy/rbac.yaml (applied here with the admin client, as an operator would).
+ * Every cluster is torn down with `down.sh --purge` from stop(), and from an exit hook in case a
+ * test file dies first, so no apiserver outlives its test process.
+ */
+import { execFile, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+import * as k8s from '@kubernetes/client-node';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { CONDITIONS } from '../../src/catalog/index.ts';
+import { Engine, type ConditionInfo, type EngineSnapshot } from '../../src/engine/engine.ts';
+import { makeClients } from '../../src/sinks/kubernetes/client.ts';
+import { KubernetesSink, type KubernetesSinkOptions } from '../../src/sinks/kubernetes/sink.ts';
+import type { BuiltinConditionType } from '../../src/api/types.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const CLUSTER_SCRIPTS = path.join(ROOT, 'test/cluster');
+export const RBAC_YAML = path.join(ROOT, 'deploy/rbac.yaml');
+export const ADMISSION_POLICY_YAML = path.join(ROOT, 'deploy/admission-policy.yaml');
+
+/** Vigil's ServiceAccount as deploy/rbac.yaml names it. */
+export const VIGIL_NAMESPACE = 'vigil';
+export const VIGIL_SA = 'vigil';
+
+interface ClusterJson {
+  dir: string;
+  server: string;
+  port: number;
+  caFile: string;
+  kubeconfig: string;
+}
+
+export interface AdminClients {
+  kc: k8s.KubeConfig;
+  core: k8s.CoreV1Api;
+  events: k8s.EventsV1Api;
+  rbac: k8s.RbacAuthorizationV1Api;
+  objects: k8s.KubernetesObjectApi;
+}
+
+export interface TestCluster {
+  dir: string;
+  server: string;
+  adminKubeconfig: string;
+  /** Vigil's ServiceAccount (vigil/vigil), token not bound to a pod; rights = deploy/rbac.yaml. */
+  vigilKubeconfig: string;
+  admin: AdminClients;
+  stopApiserver(): Promise<void>;
+  startApiserver(): Promise<void>;
+  /** Creates a Node and plays kubelet: `Ready=True` plus any extra conditions given. */
+  createNode(name: string, conditions?: k8s.V1NodeCondition[]): Promise<k8s.V1Node>;
+  readNode(name: string): Promise<k8s.V1Node>;
+  /** A token for vigil/vigil bound to a new Pod scheduled (spec.nodeName) on `node`. */
+  tokenForPodOnNode(node: string): Promise<string>;
+  /** Writes a kubeconfig for a bearer token against this cluster and returns its path. */
+  kubeconfigForToken(token: string, name: string): string;
+  /** A ServiceAccount in the vigil namespace bound to a ClusterRole with exactly these rules. */
+  serviceAccountKubeconfig(name: string, rules: k8s.V1PolicyRule[]): Promise<string>;
+  /** Applies every document of a YAML file with the admin client (409 = already there). */
+  apply(file: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`${cmd} ${args.join(' ')} failed: ${err.message}\n${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+/** The ClusterRole rules deploy/rbac.yaml ships (tests derive reduced roles from them). */
+export function shippedClusterRoleRules(): k8s.V1PolicyRule[] {
+  const docs = YAML.parseAllDocuments(readFileSync(RBAC_YAML, 'utf8')).map((d) => d.toJS());
+  const role = docs.find((d) => d?.kind === 'ClusterRole');
+  if (!role) throw new Error(`${RBAC_YAML} has no ClusterRole`);
+  return role.rules as k8s.V1PolicyRule[];
+}
+
+const live = new Set<string>();
+let hooked = false;
+function hookExit(): void {
+  if (hooked) return;
+  hooked = true;
+  // Synchronous on purpose: 'exit' handlers cannot await.
+  const downAll = () => {
+    for (const dir of live) spawnSync('bash', [path.join(CLUSTER_SCRIPTS, 'down.sh'), '--purge', dir], { stdio: 'ignore' });
+    live.clear();
+  };
+  process.on('exit', downAll);
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => {
+      downAll();
+      process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
+    });
+  }
+}
+
+export async function startCluster(): Promise<TestCluster> {
+  hookExit();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-cluster-'));
+  live.add(dir);
+  try {
+    await run('bash', [path.join(CLUSTER_SCRIPTS, 'up.sh'), dir]);
+  } catch (err) {
+    spawnSync('bash', [path.join(CLUSTER_SCRIPTS, 'down.sh'), '--purge', dir], { stdio: 'ignore' });
+    live.delete(dir);
+    throw err;
+  }
+  const info = JSON.parse(readFileSync(path.join(dir, 'cluster.json'), 'utf8')) as ClusterJson;
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(info.kubeconfig);
+  const admin: AdminClients = {
+    kc,
+    core: kc.makeApiClient(k8s.CoreV1Api),
+    events: kc.makeApiClient(k8s.EventsV1Api),
+    rbac: kc.makeApiClient(k8s.RbacAuthorizationV1Api),
+    objects: k8s.KubernetesObjectApi.makeApiClient(kc),
+  };
+
+  const kubeconfigForToken = (token: string, name: string): string => {
+    const file = path.join(dir, `${name}.kubeconfig`);
+    const doc = {
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'test', cluster: { server: info.server, 'certificate-authority': info.caFile } }],
+      users: [{ name, user: { token } }],
+      contexts: [{ name, context: { cluster: 'test', user: name } }],
+      'current-context': name,
+    };
+    writeFileSync(file, YAML.stringify(doc), { mode: 0o600 });
+    return file;
+  };
+
+  const apply = async (file: string): Promise<void> => {
+    const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJS()).filter(Boolean);
+    for (const obj of docs) {
+      try {
+        await admin.objects.create(obj);
+      } catch (err) {
+        if (!(err instanceof k8s.ApiException && err.code === 409)) throw err;
+      }
+    }
+  };
+
+  const saToken = async (sa: string, boundPod?: { name: string; uid: string }): Promise<string> => {
+    const tr = await admin.core.createNamespacedServiceAccountToken({
+      name: sa,
+      namespace: VIGIL_NAMESPACE,
+      body: {
+        spec: {
+          audiences: [],
+          expirationSeconds: 3600,
+          ...(boundPod ? { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: boundPod.name, uid: boundPod.uid } } : {}),
+        },
+      },
+    });
+    const token = tr.status?.token;
+    if (!token) throw new Error(`TokenRequest for ${VIGIL_NAMESPACE}/${sa} returned no token`);
+    return token;
+  };
+
+  await apply(RBAC_YAML);
+  const vigilKubeconfig = kubeconfigForToken(await saToken(VIGIL_SA), 'vigil');
+  let pods = 0;
+
+  const cluster: TestCluster = {
+    dir,
+    server: info.server,
+    adminKubeconfig: info.kubeconfig,
+    vigilKubeconfig,
+    admin,
+    async stopApiserver() {
+      await run('bash', [path.join(CLUSTER_SCRIPTS, 'apiserver.sh'), 'stop', dir]);
+    },
+    async startApiserver() {
+      await run('bash', [path.join(CLUSTER_SCRIPTS, 'apiserver.sh'), 'start', dir]);
+    },
+    async createNode(name, conditions = []) {
+      await admin.core.createNode({ body: { metadata: { name, labels: { 'kubernetes.io/hostname': name } } } });
+      const now = new Date();
+      const ready: k8s.V1NodeCondition = {
+        type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status',
+        lastHeartbeatTime: now, lastTransitionTime: now,
+      };
+      // Status on create is not guaranteed to stick, so write it the way kubelet does: via nodes/status.
+      return admin.core.patchNodeStatus(
+        { name, body: { status: { conditions: [ready, ...conditions] } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
+      );
+    },
+    readNode(name) {
+      return admin.core.readNode({ name });
+    },
+    async tokenForPodOnNode(node) {
+      const pod = await admin.core.createNamespacedPod({
+        namespace: VIGIL_NAMESPACE,
+        body: {
+          metadata: { name: `vigil-${node}-${++pods}`.slice(0, 63) },
+          spec: { nodeName: node, serviceAccountName: VIGIL_SA, containers: [{ name: 'vigil', image: 'vigil:test' }] },
+        },
+      });
+      return saToken(VIGIL_SA, { name: pod.metadata!.name!, uid: pod.metadata!.uid! });
+    },
+    kubeconfigForToken,
+    async serviceAccountKubeconfig(name, rules) {
+      await admin.core.createNamespacedServiceAccount({ namespace: VIGIL_NAMESPACE, body: { metadata: { name } } });
+      await admin.rbac.createClusterRole({ body: { metadata: { name }, rules } });
+      await admin.rbac.createClusterRoleBinding({
+        body: {
+          metadata: { name },
+          roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name },
+          subjects: [{ kind: 'ServiceAccount', name, namespace: VIGIL_NAMESPACE }],
+        },
+      });
+      return kubeconfigForToken(await saToken(name), name);
+    },
+    apply,
+    async stop() {
+      if (!live.has(dir)) return;
+      live.delete(dir);
+      await run('bash', [path.join(CLUSTER_SCRIPTS, 'down.sh'), '--purge', dir]).catch(() => undefined);
+    },
+  };
+  return cluster;
+}
+
+/** Polls `fn` until it returns a truthy value or the deadline passes (then throws the last state). */
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false | null> | T | undefined | false | null, timeoutMs = 20_000, everyMs = 100): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+      last = v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** Normalises a Kubernetes time (Date or string) to an ISO string with milliseconds. */
+export function iso(t: Date | string | undefined): string | undefined {
+  return t === undefined ? undefined : new Date(t).toISOString();
+}
+
+/** The conditions of a Node, keyed by type. */
+export function conditionsOf(node: k8s.V1Node): Map<string, k8s.V1NodeCondition> {
+  return new Map((node.status?.conditions ?? []).map((c) => [c.type, c]));
+}
+
+// ---- Vigil under test: a real Engine feeding a real KubernetesSink, as the agent wires them ----
+
+
+/** Collects pino's JSON lines so tests can assert on what was logged. */
+export function captureLog(level: pino.Level = 'debug'): { log: pino.Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split('\n')) if (l.trim()) lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  return { log: pino({ level }, stream), lines };
+}
+
+export interface VigilOptions {
+  kubeconfig: string;
+  nodeName: string;
+  bootId?: string;
+  restored?: EngineSnapshot;
+  /** Managed types (default: all five built-ins). */
+  types?: BuiltinConditionType[];
+  /** Kubernetes names for types (conditions.names in the config). */
+  names?: Partial<Record<BuiltinConditionType, string>>;
+  sink?: Partial<Omit<KubernetesSinkOptions, 'clients' | 'nodeName' | 'log' | 'registry'>>;
+}
+
+export interface VigilUnderTest {
+  engine: Engine;
+  sink: KubernetesSink;
+  registry: Registry;
+  lines: Record<string, unknown>[];
+  /** Resolves once the sink has read the Node and started writing. */
+  started: Promise<void>;
+  metric(name: string, labels?: Record<string, string>): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export function startVigil(o: VigilOptions): VigilUnderTest {
+  const registry = new Registry();
+  const { log, lines } = captureLog();
+  const conditions = new Map<string, ConditionInfo>();
+  for (const type of o.types ?? (Object.keys(CONDITIONS) as BuiltinConditionType[])) {
+    conditions.set(type, { name: o.names?.[type] ?? type, ...CONDITIONS[type] });
+  }
+  const engine = new Engine({ bootId: o.bootId ?? 'boot-test', conditions, registry, ...(o.restored ? { restored: o.restored } : {}) });
+  const sink = new KubernetesSink({
+    clients: makeClients(o.kubeconfig),
+    nodeName: o.nodeName,
+    log,
+    registry,
+    heartbeatMs: 0,
+    coalesceMs: 100,
+    eventNamespace: 'default',
+    eventsPerReasonPerMinute: 6,
+    retry: { baseMs: 200, maxMs: 2000 },
+    staleGraceMs: 0,
+    finalWriteMs: 500,
+    ...o.sink,
+  });
+  engine.on((e, h) => sink.handle(e, h));
+  const started = sink.start(engine);
+  return {
+    engine, sink, registry, lines, started,
+    async metric(name, labels = {}) {
+      const m = (await registry.getMetricsAsJSON()).find((x) => x.name === name);
+      return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;
+    },
+    async stop() {
+      await sink.close();
+    },
+  };
+}
+
+/** Events (events.k8s.io/v1) in `default` regarding one Node. */
+export async function eventsFor(cluster: TestCluster, node: string): Promise<k8s.EventsV1Event[]> {
+  const list = await cluster.admin.events.listNamespacedEvent({ namespace: 'default' });
+  return list.items.filter((e) => e.regarding?.kind === 'Node' && e.regarding?.name === node);
+}

@@ -1,0 +1,43 @@
+/** Every host check against this machine's own /proc and /sys (host root `/`), with the real readers. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildHostChecks, HostMonitors } from '../../src/monitors/host-monitors.ts';
+import { hostMonitorsConfigSchema } from '../../src/monitors/host-config.ts';
+import type { CheckReport } from '../../src/monitors/host-check.ts';
+import type { Finding, HealthySignal } from '../../src/api/types.ts';
+
+// localhost makes the DNS check run for real without depending on cluster DNS.
+const cfg = hostMonitorsConfigSchema.parse({ hostRoot: '/', networking: { dns: { host: 'localhost' } } });
+
+test('every check runs twice against / without throwing and returns a report', async () => {
+  const reports = new Map<string, CheckReport[]>();
+  for (const check of buildHostChecks(cfg)) {
+    for (let i = 0; i < 2; i++) {
+      const r = await check.run({ root: '/', signal: AbortSignal.timeout(check.budgetMs), now: Date.now() });
+      assert.ok(Array.isArray(r.findings) && Array.isArray(r.healthy), check.name);
+      for (const f of r.findings) assert.ok(f.reason && f.message && typeof f.entity === 'string', `${check.name}: ${JSON.stringify(f)}`);
+      reports.set(check.name, [...(reports.get(check.name) ?? []), r]);
+    }
+  }
+  assert.equal(reports.size, 15);
+  const last = (name: string) => reports.get(name)!.at(-1)!;
+  const healthyOrFound = (r: CheckReport) => [...r.findings.map((f) => f.reason), ...r.healthy.flatMap((h) => h.reasons)];
+  // Facts every Linux host has.
+  assert.ok(healthyOrFound(last('kernel.limits')).includes('ApproachingKernelPidMax'));
+  assert.ok(healthyOrFound(last('networking.interfaces')).includes('MissingLoopbackInterface'));
+  assert.ok(healthyOrFound(last('storage.filesystems')).includes('FilesystemReadOnly'));
+  assert.deepEqual(last('networking.dns').findings, [], 'localhost resolves');
+  assert.notEqual(last('kernel.clock').status, 'skipped', 'adjtimex through koffi works');
+});
+
+test('HostMonitors runs a full cycle on this machine through the queue', async () => {
+  const findings: Finding[] = [];
+  const healthy: HealthySignal[] = [];
+  const hm = new HostMonitors(cfg);
+  hm.start({ finding: (f) => findings.push(f), healthy: (h) => healthy.push(h) });
+  const records = await hm.runOnce();
+  await hm.stop();
+  assert.equal(records.length, 15);
+  for (const r of records) assert.ok(['ok', 'fault', 'skipped'].includes(r.status), `${r.name}: ${r.status} ${String(r.error ?? '')}`);
+  assert.ok(healthy.length > 0);
+});

@@ -1,0 +1,93 @@
+/**
+ * Findings reach a real kube-apiserver as Vigil means them to: a Fatal finding as a False
+ * condition, a Warning as an events.k8s.io/v1 Event about the Node, and a storm of one warning as
+ * a single Event series rather than one Event per repeat.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Finding } from '../../src/api/types.ts';
+import { REPORTING_CONTROLLER } from '../../src/sinks/kubernetes/events.ts';
+import { conditionsOf, eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
+
+let cluster: TestCluster;
+before(async () => {
+  cluster = await startCluster();
+});
+after(async () => {
+  await cluster?.stop();
+});
+
+const finding = (reason: string, entity: string, message: string): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+
+test('a Fatal finding sets its condition False; a Warning becomes one events.k8s.io/v1 Event on the Node', async () => {
+  const node = 'ev-basic';
+  const created = await cluster.createNode(node);
+  const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { instance: 'vigil-pod-abc' } });
+  await v.started;
+
+  v.engine.finding(finding('NvidiaXID79Error', 'gpu:0000:3b:00', 'GPU has fallen off the bus'));
+  const c = await waitFor('AcceleratedHardwareReady=False', async () => {
+    const x = conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady');
+    return x?.status === 'False' && x;
+  });
+  assert.equal(c.reason, 'NvidiaXID79Error');
+  assert.match(c.message!, /NvidiaXID79Error on gpu:0000:3b:00: GPU has fallen off the bus/);
+
+  v.engine.finding(finding('SoftLockup', '', 'watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python3:1234]'));
+  const ev = await waitFor('the SoftLockup Event', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'SoftLockup'));
+  assert.equal(ev.type, 'Warning');
+  assert.equal(ev.note, 'watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python3:1234]');
+  assert.equal(ev.reportingController, REPORTING_CONTROLLER);
+  assert.equal(ev.reportingInstance, 'vigil-pod-abc');
+  assert.equal(ev.action, 'Detected');
+  assert.equal(ev.metadata?.namespace, 'default');
+  assert.deepEqual(
+    { kind: ev.regarding?.kind, apiVersion: ev.regarding?.apiVersion, name: ev.regarding?.name, uid: ev.regarding?.uid },
+    { kind: 'Node', apiVersion: 'v1', name: node, uid: created.metadata!.uid },
+  );
+  assert.ok(ev.eventTime, 'eventTime set');
+  assert.equal(ev.series, undefined, 'a single occurrence has no series');
+
+  // The condition change is told as an Event too, with the reason code as its reason.
+  const transition = await waitFor('the transition Event', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error'));
+  assert.equal(transition.type, 'Warning');
+  assert.match(transition.note!, /^AcceleratedHardwareReady is False: /);
+  await v.stop();
+});
+
+test('50 repeats of one warning make ONE Event with a series of 50', async () => {
+  const node = 'ev-series';
+  await cluster.createNode(node);
+  const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { seriesFlushMs: 200 } });
+  await v.started;
+  for (let i = 0; i < 50; i++) v.engine.finding(finding('AppCrash', 'pid:4242', 'python3[4242]: segfault at 0 ip 00007f error 4'));
+
+  const ev = await waitFor('series.count 50', async () => {
+    const mine = (await eventsFor(cluster, node)).filter((e) => e.reason === 'AppCrash');
+    return mine.length === 1 && mine[0]!.series?.count === 50 && mine[0];
+  }, 20_000);
+  assert.ok(ev.series!.lastObservedTime, 'lastObservedTime set');
+  // Let the flush timer run a few more times: still one Event, count unchanged.
+  await new Promise((r) => setTimeout(r, 600));
+  const again = (await eventsFor(cluster, node)).filter((e) => e.reason === 'AppCrash');
+  assert.equal(again.length, 1);
+  assert.equal(again[0]!.series?.count, 50);
+  assert.equal(await v.metric('vigil_k8s_event_writes_total', { op: 'create', result: 'ok' }), 1);
+  assert.equal(await v.metric('vigil_k8s_events_dropped_total'), 0);
+  await v.stop();
+});
+
+test('distinct warnings of one reason beyond the per-reason rate are dropped and counted', async () => {
+  const node = 'ev-rate';
+  await cluster.createNode(node);
+  const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { eventsPerReasonPerMinute: 3 } });
+  await v.started;
+  for (let i = 0; i < 8; i++) v.engine.finding(finding('NvidiaPCIeError', `gpu:${i}`, `replay counter rose on GPU ${i}`));
+  v.engine.finding(finding('KernelBug', '', 'BUG: unable to handle page fault'));
+  await waitFor('events written', async () => v.sink.events.idle && (await eventsFor(cluster, node)).some((e) => e.reason === 'KernelBug'));
+  const mine = await eventsFor(cluster, node);
+  assert.equal(mine.filter((e) => e.reason === 'NvidiaPCIeError').length, 3);
+  assert.equal(mine.filter((e) => e.reason === 'KernelBug').length, 1, 'another reason has its own budget');
+  assert.equal(await v.metric('vigil_k8s_events_dropped_total', { why: 'rate_limited' }), 5);
+  await v.stop();
+});

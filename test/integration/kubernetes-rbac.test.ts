@@ -1,0 +1,113 @@
+/**
+ * The agent (the real composition root: Agent + engine + Kubernetes sink) runs with nothing but
+ * the ClusterRole deploy/rbac.yaml ships. With a role missing `patch nodes/status` it keeps
+ * detecting and says what is missing exactly once.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type pino from 'pino';
+import type { Finding, FindingSink } from '../../src/api/types.ts';
+import { Agent } from '../../src/agent/agent.ts';
+import { parseConfig } from '../../src/config/load.ts';
+import { makeClients } from '../../src/sinks/kubernetes/client.ts';
+import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
+import { captureLog, conditionsOf, eventsFor, shippedClusterRoleRules, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
+
+let cluster: TestCluster;
+const dirs: string[] = [];
+before(async () => {
+  cluster = await startCluster();
+});
+after(async () => {
+  await cluster?.stop();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+
+/** The agent as run-command wires it, with a stand-in monitor the test publishes through. */
+async function startAgent(kubeconfig: string, nodeName: string, log: pino.Logger) {
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), 'vigil-state-'));
+  dirs.push(stateDir);
+  const config = parseConfig(`
+stateDir: ${stateDir}
+listen: 127.0.0.1:0
+kubernetes: {mode: on, heartbeat: 0s, coalesce: 100ms}
+`);
+  let out: FindingSink | undefined;
+  let kube: KubernetesSink | undefined;
+  const agent = new Agent({
+    config,
+    log,
+    bootId: 'boot-rbac',
+    monitors: () => [{
+      monitor: { name: 'stand-in', start: (o: FindingSink) => void (out = o), stop: () => undefined },
+      conditions: ['KernelReady', 'AcceleratedHardwareReady'],
+    }],
+    sinks: (_engine, registry) => {
+      kube = new KubernetesSink({
+        clients: makeClients(kubeconfig), nodeName, log, registry,
+        heartbeatMs: config.kubernetes.heartbeat, coalesceMs: config.kubernetes.coalesce,
+        eventNamespace: config.kubernetes.eventNamespace, eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
+        retry: { baseMs: 100, maxMs: 500 }, seriesFlushMs: 200, finalWriteMs: 200,
+      });
+      return [kube];
+    },
+  });
+  await agent.start();
+  void kube!.start(agent.engine);
+  const metric = async (name: string, labels: Record<string, string> = {}) => {
+    const m = (await agent.registry.getMetricsAsJSON()).find((x) => x.name === name);
+    return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;
+  };
+  return { agent, out: () => out!, kube: kube!, metric };
+}
+
+test('with only the shipped ClusterRole the agent writes conditions, Events and Event series', async () => {
+  const node = 'rbac-shipped';
+  await cluster.createNode(node);
+  const { log, lines } = captureLog();
+  const a = await startAgent(cluster.vigilKubeconfig, node, log);
+  await waitFor('initial conditions', async () => conditionsOf(await cluster.readNode(node)).get('KernelReady')?.status === 'True');
+
+  a.out().finding(finding('NvidiaXID79Error', 'gpu:0', 'GPU has fallen off the bus'));
+  for (let i = 0; i < 3; i++) a.out().finding(finding('SoftLockup', '', 'CPU#1 stuck for 22s'));
+  await waitFor('AcceleratedHardwareReady=False', async () => conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady')?.status === 'False');
+  // series.count 3 needs `patch events`, the Event itself `create events`.
+  await waitFor('SoftLockup Event with series 3', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'SoftLockup' && e.series?.count === 3));
+  assert.equal(lines.filter((l) => typeof l.status === 'number' && l.status !== 0).length, 0, `no API errors: ${JSON.stringify(lines.filter((l) => l.status))}`);
+  await a.agent.stop();
+});
+
+test('without `patch nodes/status` detection continues and the 403 is logged once, naming nodes/status', async () => {
+  const node = 'rbac-missing';
+  await cluster.createNode(node);
+  const rules = shippedClusterRoleRules()
+    .map((r) => ({ ...r, resources: r.resources?.filter((x) => x !== 'nodes/status') }))
+    .filter((r) => r.resources?.length);
+  assert.ok(!rules.some((r) => r.resources!.includes('nodes/status')));
+  const kubeconfig = await cluster.serviceAccountKubeconfig('vigil-no-status', rules);
+  const { log, lines } = captureLog();
+  const a = await startAgent(kubeconfig, node, log);
+
+  a.out().finding(finding('NvidiaXID79Error', 'gpu:0', 'GPU has fallen off the bus'));
+  await waitFor('several refused writes', () => a.metric('vigil_k8s_condition_writes_total', { result: '403' }).then((n) => n >= 3));
+  // Detection continues: the engine follows new findings while every write is refused.
+  a.out().finding(finding('HardwareErrorFatal', '', 'Machine check: Processor context corrupt'));
+  await waitFor('more refused writes', () => a.metric('vigil_k8s_condition_writes_total', { result: '403' }).then((n) => n >= 6));
+  const health = a.agent.engine.health();
+  assert.equal(health.conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
+  assert.equal(health.conditions.find((c) => c.type === 'KernelReady')?.reason, 'HardwareErrorFatal');
+  // Events still work: the role still grants them.
+  await waitFor('the transition Event', async () => (await eventsFor(cluster, node)).some((e) => e.reason === 'HardwareErrorFatal'));
+  assert.equal(conditionsOf(await cluster.readNode(node)).has('KernelReady'), false, 'nothing reached the Node');
+
+  const denied = lines.filter((l) => l.status === 403);
+  assert.equal(denied.length, 1, `exactly one 403 line: ${JSON.stringify(denied)}`);
+  assert.match(String(denied[0]!.msg), /patch nodes\/status/);
+  assert.match(String(denied[0]!.msg), /deploy\/rbac\.yaml/);
+  await a.agent.stop();
+});

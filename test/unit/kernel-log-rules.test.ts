@@ -1,0 +1,196 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { BUILTIN_RULES, normalizePci } from '../../src/monitors/kernel-log/rules.ts';
+import { lookupReason } from '../../src/catalog/index.ts';
+
+const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
+const fixture = (name: string) =>
+  readFileSync(path.join(FIXTURES, name), 'utf8').split('\n').filter((l) => l !== '' && !l.startsWith('#'));
+
+const T0 = 1_700_000_000_000;
+const one = (message: string, c = new KernelLogClassifier()) => c.classify({ message }, T0);
+
+test('every fault fixture raises exactly its reason and entity, and the reason is in the catalog', () => {
+  const rows = fixture('faults.tsv').map((l) => l.split('\t') as [string, string, string]);
+  assert.ok(rows.length >= 80);
+  const seen = new Set<string>();
+  for (const [reason, entity, message] of rows) {
+    const f = one(message);
+    assert.equal(f.length, 1, `one finding for: ${message}`);
+    assert.equal(f[0]!.reason, reason, message);
+    assert.equal(f[0]!.entity, entity, message);
+    assert.equal(f[0]!.source, 'kmsg');
+    assert.ok(lookupReason(reason), `${reason} is a catalog reason`);
+    assert.ok(f[0]!.message.includes(message.replace(/\s*\n\s*/g, ' ').slice(0, 100)), 'the message quotes the log text');
+    seen.add(reason.replace(/(XID|SXid)\d+/, '$1N'));
+  }
+  // Every built-in rule family has at least one fixture line.
+  for (const r of ['NvidiaXIDNError', 'NvidiaXIDNWarning', 'NvidiaSXidNError', 'NvidiaSXidNWarning', 'NvidiaGPUInitFailed',
+    'NvidiaGSPTimeout', 'NvidiaNCCLError', 'SoftLockup', 'AppBlocked', 'KernelBug', 'AppCrash', 'OOMKilling',
+    'HardwareErrorFatal', 'HardwareErrorCorrected', 'PCIeUncorrectableError', 'PCIeUncorrectableNonFatal', 'PCIeCorrectedErrors',
+    'ConntrackExceededKernel', 'BlockDeviceIOError', 'Ext4Error', 'XFSShutdown', 'FilesystemReadOnly']) {
+    assert.ok(seen.has(r), `fixture for ${r}`);
+  }
+});
+
+test('benign look-alikes raise nothing', () => {
+  const c = new KernelLogClassifier();
+  const nearMisses = [
+    'NVRM: GPU at PCI:0000:01:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d',
+    'NVRM: Xid (PCI:0000:01:00): abc, not a code',
+    'nvidia-smi reports Xid errors: 0',
+    'NVRM: The NVIDIA probe routine failed for 1 device(s).',
+    'NVRM: RmInitAdapter: osInitNvMapping failed, bailing out of RmInitAdapter',
+    'mlx5_core 0000:3b:00.0: poll_health: Heartbeat timed out',
+    'nvidia-nvswitch0: SXid errors will be reported here',
+    'systemd-coredump[999]: Process 1234 (python3) of user 0 dumped core.',
+    'potentially unexpected fatal signal 11.',
+    'pcieport 0000:00:1c.5: AER: Corrected error received: 0000:00:1c.5',
+    'pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000',
+    'pcieport 0000:00:1c.5:    [ 0] RxErr                  (First)',
+    'WARNING: CPU: 3 PID: 1 at kernel/sched/core.c:1234 update_rq_clock+0x1a/0x30',
+    'x86/cpu: BUGS: spectre_v1 spectre_v2 spec_store_bypass',
+    'DEBUG: driver probe complete',
+    'watchdog: Watchdog detected hard LOCKUP on cpu 3',
+    'Out of memory and no killable processes...',
+    'EXT4-fs (sda1): mounted filesystem with ordered data mode. Opts: errors=remount-ro',
+    'EXT4-fs (sda1): re-mounted. Opts: errors=remount-ro',
+    'XFS (sda1): Please unmount the filesystem and rectify the problem(s)',
+    'blk_update_request: I/O error, dev fd0, sector 0',
+    'Buffer I/O error on dev loop3, logical block 0, async page read',
+    'recoverable transport error, dev sdc, sector 8 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0',
+    '{1}[Hardware Error]: event severity: info',
+    'nf_conntrack: falling back to vmalloc.',
+  ];
+  for (const l of [...fixture('benign.txt'), ...nearMisses]) assert.deepEqual(c.classify({ message: l }, T0), [], l);
+});
+
+test('Xid: attrs carry pci, xid, pid and process; <unknown> pid/name are left out', () => {
+  const [f] = one('NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005');
+  assert.deepEqual(f!.attrs, { pci: '0000:cb:00', xid: 109, pid: 1797828, process: 'pt_main_thread' });
+  const [g] = one("NVRM: Xid (PCI:0000:43:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: ESR 0x52e7b0=0x101000e");
+  assert.deepEqual(g!.attrs, { pci: '0000:43:00', xid: 13 });
+  assert.match(f!.message, /^NVIDIA Xid 109 on GPU 0000:cb:00: NVRM: Xid/);
+});
+
+test('Xid: the fatal list is configurable', () => {
+  const c = new KernelLogClassifier({ fatalXids: [13] });
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 13, Graphics Exception', c)[0]!.reason, 'NvidiaXID13Error');
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 48, DBE', c)[0]!.reason, 'NvidiaXID48Warning');
+  // 63 is not in the default list (NVIDIA: IGNORE), unlike the EKS agent's.
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 63, Row remapping event')[0]!.reason, 'NvidiaXID63Warning');
+});
+
+test('Xid 144-150 follow the line\'s own Fatal/Nonfatal token, whatever the fatal list says', () => {
+  const c = new KernelLogClassifier({ fatalXids: [145] });
+  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0 0x0 0x0 0x0 0x0 0x0)', c)[0]!.reason, 'NvidiaXID145Warning');
+  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 150, MSE  Fatal  XC1 i0 Link 2 (0x0 0x0 0x0 0x0 0x0 0x0)')[0]!.reason, 'NvidiaXID150Error');
+  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 144, something without a token')[0]!.reason, 'NvidiaXID144Warning');
+});
+
+test('GPU UUIDs learnt from "GPU at PCI" lines are attached to later findings for that GPU', () => {
+  const c = new KernelLogClassifier();
+  assert.deepEqual(c.classify({ message: 'NVRM: GPU at PCI:0000:01:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d' }, T0), []);
+  const [f] = c.classify({ message: 'NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault' }, T0 + 1);
+  assert.equal(f!.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
+  const [g] = c.classify({ message: 'NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:894)' }, T0 + 2);
+  assert.equal(g!.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
+  assert.equal(c.gpuUuids().get('0000:01:00'), 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
+  const [h] = c.classify({ message: 'NVRM: Xid (PCI:0000:02:00): 31, other GPU' }, T0 + 3);
+  assert.equal(h!.attrs!.uuid, undefined);
+});
+
+test('fallen off the bus: three records within the window join into one Xid 79 for the GPU', () => {
+  const c = new KernelLogClassifier();
+  assert.deepEqual(c.classify({ message: 'NVRM: The NVIDIA GPU 0000:b3:00.0' }, T0), []);
+  assert.deepEqual(c.classify({ message: 'NVRM: (PCI ID: 10de:26b5) installed in this system has' }, T0 + 1), []);
+  const f = c.classify({ message: 'NVRM: fallen off the bus and is not responding to commands.' }, T0 + 2);
+  assert.equal(f.length, 1);
+  assert.equal(f[0]!.reason, 'NvidiaXID79Error');
+  assert.equal(f[0]!.entity, 'gpu:0000:b3:00');
+  // A record after the window cannot say which GPU: still Fatal, on the node.
+  const d = new KernelLogClassifier();
+  d.classify({ message: 'NVRM: The NVIDIA GPU 0000:b3:00.0' }, T0);
+  const late = d.classify({ message: 'NVRM: fallen off the bus and is not responding to commands.' }, T0 + 60_000);
+  assert.equal(late[0]!.reason, 'NvidiaXID79Error');
+  assert.equal(late[0]!.entity, '');
+});
+
+test('fallen off the bus: the same text as one record with embedded newlines', () => {
+  const f = one('NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.\n');
+  assert.equal(f.length, 1);
+  assert.equal(f[0]!.entity, 'gpu:0000:b3:00');
+  assert.ok(!f[0]!.message.includes('\n'), 'the finding message is one line');
+  // "not supported by this driver" starts the same way and must not count.
+  assert.deepEqual(one('NVRM: The NVIDIA GPU 0000:01:00.0\nNVRM: (PCI ID: 10de:1b80) installed in this system is\nNVRM: not supported by the NVIDIA 390.xx driver release.'), []);
+});
+
+test('fallen off the bus and Xid 79 for the same GPU are reported once, in either order', () => {
+  const multi = 'NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.';
+  const xid = 'NVRM: Xid (PCI:0000:b3:00): 79, pid=1234, name=python3, GPU has fallen off the bus.';
+  const a = new KernelLogClassifier();
+  assert.equal(a.classify({ message: multi }, T0).length, 1);
+  assert.equal(a.classify({ message: xid }, T0 + 1000).length, 0);
+  const b = new KernelLogClassifier();
+  assert.equal(b.classify({ message: xid }, T0).length, 1);
+  assert.equal(b.classify({ message: multi }, T0 + 1000).length, 0);
+  assert.equal(b.classify({ message: 'NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.' }, T0 + 2000).length, 0);
+  // Another GPU is another fault; the same GPU after the window is reported again.
+  assert.equal(b.classify({ message: xid.replace('b3:00', 'b4:00') }, T0 + 3000).length, 1);
+  assert.equal(b.classify({ message: xid }, T0 + 6 * 60_000).length, 1);
+});
+
+test('a libnccl segfault is NvidiaNCCLError only, not also AppCrash', () => {
+  const f = one('pt_main_thread[2536443]: segfault at 7f797fe00000 ip 00007f7c7ac69996 sp 00007f7c12fd7c30 error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]');
+  assert.deepEqual(f.map((x) => x.reason), ['NvidiaNCCLError']);
+  assert.deepEqual(f[0]!.attrs, { process: 'pt_main_thread', pid: 2536443 });
+});
+
+test('PCIe AER: device entity, gpuAbove attribution, corrected-error threshold', () => {
+  const gpuAbove = (bdf: string) => (bdf === '0000:00:1c.5' ? '0000:b3:00' : undefined);
+  const c = new KernelLogClassifier({ gpuAbove, pcieCorrectedThreshold: { count: 5, windowMs: 60_000 } });
+  const [f] = c.classify({ message: 'pcieport 0000:00:1c.5: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)' }, T0);
+  assert.equal(f!.entity, 'pci:0000:00:1c.5');
+  assert.deepEqual(f!.attrs, { device: '0000:00:1c.5', severity: 'Corrected', driver: 'pcieport', type: 'Physical Layer', gpu: '0000:b3:00' });
+  assert.deepEqual(f!.threshold, { count: 5, windowMs: 60_000 });
+  assert.match(f!.message, /above GPU 0000:b3:00/);
+  // Default threshold: 20 per hour; uncorrectable errors have none.
+  assert.deepEqual(one('pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)')[0]!.threshold, { count: 20, windowMs: 3_600_000 });
+  assert.equal(one('pcieport 0000:00:01.1: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)')[0]!.threshold, undefined);
+});
+
+test('block devices: fd, sr and loop are ignored by default; the list is configurable', () => {
+  assert.deepEqual(one('Buffer I/O error on dev sr0, logical block 0, async page read'), []);
+  const c = new KernelLogClassifier({ ignoredBlockDevices: /^nvme1n1$/ });
+  assert.deepEqual(one('blk_update_request: I/O error, dev nvme1n1, sector 1234567', c), []);
+  assert.equal(one('Buffer I/O error on dev sr0, logical block 0, async page read', c)[0]!.entity, 'blockdev:sr0');
+});
+
+test('finding messages are one line and cut to 512 characters of log text', () => {
+  const long = `NVRM: Xid (PCI:0000:01:00): 13, ${'x'.repeat(5000)}`;
+  const [f] = one(long);
+  assert.ok(f!.message.length < 512 + 80);
+  assert.ok(f!.message.endsWith('...'));
+  const c = new KernelLogClassifier({ maxMessageChars: 40 });
+  assert.ok(one(long, c)[0]!.message.length < 40 + 80);
+});
+
+test('normalizePci', () => {
+  assert.equal(normalizePci('PCI:0000:B3:00.0'), '0000:b3:00');
+  assert.equal(normalizePci('00000000:B3:00.0'), '0000:b3:00');
+  assert.equal(normalizePci('0000:b3:00'), '0000:b3:00');
+  assert.equal(normalizePci('b3:00.0'), '0000:b3:00');
+  assert.equal(normalizePci('0018:01:00'), '0018:01:00');
+});
+
+test('every built-in rule names keywords that its fixture lines contain (the prefilter cannot hide a rule)', () => {
+  for (const r of BUILTIN_RULES) assert.ok(r.keywords.length > 0, r.name);
+  for (const l of fixture('faults.tsv')) {
+    const msg = l.split('\t')[2]!;
+    assert.ok(BUILTIN_RULES.some((r) => r.keywords.some((k) => msg.includes(k))), msg);
+  }
+});
