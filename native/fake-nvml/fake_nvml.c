@@ -330,6 +330,7 @@ const char *nvmlErrorString(nvmlReturn_t rc) {
   }
 }
 
+#ifndef OMIT_nvmlInit_v2
 nvmlReturn_t nvmlInit_v2(void) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlInit_v2", &hang);
@@ -339,7 +340,9 @@ nvmlReturn_t nvmlInit_v2(void) {
   }
   return leave(rc, hang);
 }
+#endif
 
+#ifndef OMIT_nvmlShutdown
 nvmlReturn_t nvmlShutdown(void) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlShutdown", &hang);
@@ -347,6 +350,7 @@ nvmlReturn_t nvmlShutdown(void) {
   else if (rc == NVML_SUCCESS) g_init_count--;
   return leave(rc, hang);
 }
+#endif
 
 #ifndef OMIT_nvmlSystemGetDriverVersion
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
@@ -361,6 +365,7 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
 }
 #endif
 
+#ifndef OMIT_nvmlDeviceGetCount_v2
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlDeviceGetCount_v2", &hang);
@@ -368,7 +373,9 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
   if (rc == NVML_SUCCESS) *count = (unsigned)gpu_count();
   return leave(rc, hang);
 }
+#endif
 
+#ifndef OMIT_nvmlDeviceGetHandleByIndex_v2
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlDeviceGetHandleByIndex_v2", &hang);
@@ -383,6 +390,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
   }
   return leave(rc, hang);
 }
+#endif
 
 /* ------------------------------------------------------------------ identity */
 #define DEV_BEGIN(fn)                                \
@@ -448,13 +456,14 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long
 }
 #endif
 
-static long long max_event_id(void) {
+__attribute__((unused)) static long long max_event_id(void) {
   long long m = 0;
   for (json *e = jget(g_cfg, "events") ? jget(g_cfg, "events")->child : NULL; e; e = e->next)
     if (jnum(e, "id", 0) > m) m = (long long)jnum(e, "id", 0);
   return m;
 }
 
+#ifndef OMIT_nvmlEventSetCreate
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlEventSetCreate", &hang);
@@ -465,7 +474,9 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
   }
   return leave(rc, hang);
 }
+#endif
 
+#ifndef OMIT_nvmlDeviceRegisterEvents
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set) {
   DEV_BEGIN("nvmlDeviceRegisterEvents");
   unsigned long long supported = (unsigned long long)jnum(gpu, "supportedEvents", (double)DEFAULT_SUPPORTED_EVENTS);
@@ -474,9 +485,10 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
   set->mask[device->index] |= eventTypes;
   return leave(rc, hang);
 }
+#endif
 
 /* Next scripted event for this set, or NULL. Events: [{"id", "gpu", "type", "data", "rc"}]. */
-static json *next_event(nvmlEventSet_t set) {
+__attribute__((unused)) static json *next_event(nvmlEventSet_t set) {
   json *best = NULL;
   for (json *e = jget(g_cfg, "events") ? jget(g_cfg, "events")->child : NULL; e; e = e->next) {
     long long id = (long long)jnum(e, "id", 0);
@@ -490,6 +502,7 @@ static json *next_event(nvmlEventSet_t set) {
   return best;
 }
 
+#ifndef OMIT_nvmlEventSetWait_v2
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -518,13 +531,16 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
     sleep_ms(5); /* the real call sleeps in the kernel; 5 ms keeps delivery latency low */
   }
 }
+#endif
 
+#ifndef OMIT_nvmlEventSetFree
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
   int hang;
   nvmlReturn_t rc = enter_sys("nvmlEventSetFree", &hang);
   free(set);
   return leave(rc, hang);
 }
+#endif
 
 /* ------------------------------------------------------------------ memory */
 #ifndef OMIT_nvmlDeviceGetRemappedRows

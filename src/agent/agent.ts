@@ -18,6 +18,8 @@ export interface MonitorEntry {
   monitor: Monitor;
   /** Condition types this monitor proves healthy while it runs (managed as True when healthy). */
   conditions: ConditionType[];
+  /** Condition types declared by configuration (NPD files), managed like the built-ins. */
+  extraConditions?: { type: ConditionType; healthyReason: string; healthyMessage: string }[];
   /** Called when state is saved; lets the kmsg monitor persist its cursor with the findings. */
   persist?: (state: PersistedState) => void;
 }
@@ -64,6 +66,9 @@ export class Agent {
     for (const [type, info] of Object.entries(CONDITIONS)) {
       const named = { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info };
       (managed.has(type) ? conditions : lateConditions).set(type, named);
+    }
+    for (const e of this.entries) {
+      for (const c of e.extraConditions ?? []) conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage });
     }
     this.engine = new Engine({
       bootId,

@@ -3,8 +3,8 @@ import pino from 'pino';
 import { loadConfig, type VigilConfig } from '../config/load.ts';
 import { Agent } from '../agent/agent.ts';
 import { buildMonitors } from '../agent/build-monitors.ts';
-import { kubeConfigAvailable, makeClients, resolveNodeName } from '../sinks/kubernetes/client.ts';
-import { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
+import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
 
 export interface RunOptions {
   standalone?: boolean;
@@ -32,6 +32,10 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
 
   let kube: KubernetesSink | undefined;
+  // The Kubernetes client is heavy to load; standalone runs never pay for it.
+  const kubeModules = useKube
+    ? { client: await import('../sinks/kubernetes/client.ts'), sink: await import('../sinks/kubernetes/sink.ts') }
+    : undefined;
   let agent: Agent;
   try {
     agent = new Agent({
@@ -39,9 +43,9 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       log,
       monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
       sinks: (_engine, registry) => {
-        if (!useKube) return [];
-        kube = new KubernetesSink({
-          clients: makeClients(kubeconfig),
+        if (!kubeModules) return [];
+        kube = new kubeModules.sink.KubernetesSink({
+          clients: kubeModules.client.makeClients(kubeconfig),
           nodeName,
           log,
           registry,

@@ -88,7 +88,7 @@ export async function startAgent(args: string[], env: NodeJS.ProcessEnv = {}): P
 export function writeKmsg(message: string, level = 3): void {
   const fd = openSync('/dev/kmsg', 'w');
   try {
-    writeSync(fd, `<${level}>${message}`);
+    writeSync(fd, `<${level}>${message}\n`);
   } finally {
     closeSync(fd);
   }

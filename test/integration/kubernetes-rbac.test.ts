@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type pino from 'pino';
+import * as k8s from '@kubernetes/client-node';
 import type { Finding, FindingSink } from '../../src/api/types.ts';
 import { Agent } from '../../src/agent/agent.ts';
 import { parseConfig } from '../../src/config/load.ts';
@@ -80,6 +81,14 @@ test('with only the shipped ClusterRole the agent writes conditions, Events and 
   await waitFor('SoftLockup Event with series 3', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'SoftLockup' && e.series?.count === 3));
   assert.equal(lines.filter((l) => typeof l.status === 'number' && l.status !== 0).length, 0, `no API errors: ${JSON.stringify(lines.filter((l) => l.status))}`);
   await a.agent.stop();
+
+  // ...and nothing more: the same identity cannot list, change or delete Nodes, or touch core/v1 Events.
+  const { core } = makeClients(cluster.vigilKubeconfig);
+  const code = (p: Promise<unknown>) => p.then(() => 200, (e: { code?: number }) => e.code);
+  assert.equal(await code(core.listNode()), 403);
+  assert.equal(await code(core.patchNode({ name: node, body: { spec: { unschedulable: true } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch))), 403);
+  assert.equal(await code(core.deleteNode({ name: node })), 403);
+  assert.equal(await code(core.listNamespacedEvent({ namespace: 'default' })), 403);
 });
 
 test('without `patch nodes/status` detection continues and the 403 is logged once, naming nodes/status', async () => {

@@ -91,6 +91,7 @@ test('lookback 0: only records that arrive after start', async () => {
   await tick();
   await r.stop();
   assert.deepEqual(got.map((x) => x.message), ['new']);
+  assert.equal(r.timeOf(got[0]!), NOW, 'a record logged while running is stamped with the time it was read');
 });
 
 test('a cursor from this boot: nothing at or below it is replayed; the gap after it is lost', async () => {
@@ -171,11 +172,14 @@ test('unparseable records are counted, not delivered; two readers can share a re
 test('errors from the device and from the consumer are reported, not thrown', async () => {
   const dev = new FakeKmsg();
   dev.add('x', 1);
-  const boom: KmsgIo = { open: () => 1, read: () => { throw Object.assign(new Error('EIO'), { code: 'EIO' }); }, close: () => {} };
+  let reads = 0;
+  const boom: KmsgIo = { open: () => 1, read: () => { reads++; throw Object.assign(new Error('EIO'), { code: 'EIO' }); }, close: () => {} };
   const a = reader(dev, { io: boom });
   a.r.start();
+  await tick(200);
   await a.r.stop();
   assert.match(a.errors[0]!.message, /EIO/);
+  assert.equal(reads, 1, 'a failing device is retried after a back-off, not in a loop');
   const b = reader(dev, { lookbackMs: Infinity, onRecords: () => { throw new Error('consumer bug'); } });
   b.r.start();
   await b.r.stop();

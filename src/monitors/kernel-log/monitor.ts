@@ -1,9 +1,9 @@
 /**
  * The kernel-log monitor: /dev/kmsg records -> KernelLogClassifier -> findings.
  *
- * A finding's `at` is the record's own time (boot time + its monotonic timestamp, capped at
- * now), so records replayed from the ring after a start carry when they happened, and the
- * engine's TTLs and thresholds count from there. The state store persists `cursor()` so a
+ * A finding's `at` is the record's time (KmsgReader.timeOf): now for records logged while
+ * running, boot time + timestamp for records that were already in the ring at start, so replayed
+ * records carry when they happened and the engine's TTLs and thresholds count from there. The state store persists `cursor()` so a
  * restart neither replays nor skips records; `onCursor` fires after each batch to prompt a save.
  */
 import type { Registry } from 'prom-client';

@@ -3,22 +3,15 @@
  * turns @kubernetes/client-node errors into plain {status, message} values the sink can act on.
  */
 import { existsSync } from 'node:fs';
-import os from 'node:os';
 import * as k8s from '@kubernetes/client-node';
+import { IN_CLUSTER_TOKEN } from './detect.ts';
+
+export { kubeConfigAvailable, resolveNodeName } from './detect.ts';
 
 export interface KubeClients {
   core: k8s.CoreV1Api;
   events: k8s.EventsV1Api;
   server: string;
-}
-
-const IN_CLUSTER_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
-
-/** Whether Kubernetes configuration can be found without being told (used for `run` auto mode). */
-export function kubeConfigAvailable(kubeconfig?: string): boolean {
-  if (kubeconfig) return true;
-  if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) return true;
-  return Boolean(process.env.KUBECONFIG && existsSync(process.env.KUBECONFIG));
 }
 
 export function makeClients(kubeconfig?: string): KubeClients {
@@ -27,11 +20,6 @@ export function makeClients(kubeconfig?: string): KubeClients {
   else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
   else kc.loadFromDefault();
   return { core: kc.makeApiClient(k8s.CoreV1Api), events: kc.makeApiClient(k8s.EventsV1Api), server: kc.getCurrentCluster()?.server ?? '' };
-}
-
-/** The node name: flag, then $NODE_NAME (Downward API), then the host name. */
-export function resolveNodeName(flag?: string): string {
-  return flag || process.env.NODE_NAME || os.hostname();
 }
 
 export interface ApiFailure {

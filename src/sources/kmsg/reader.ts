@@ -13,8 +13,11 @@
  * `lookbackMs` are delivered; with a cursor from an earlier boot nothing of this boot has been
  * seen, so by default the whole ring is delivered (`newBootLookbackMs`, default Infinity): after
  * a repair reboot the boot-time faults (a GPU that fails to initialise) are the ones that matter.
+ * Lookback 0 skips everything already in the ring when reading starts (like lseek SEEK_END); the
+ * records of that first drain are told apart by position, not by clock, because the printk clock
+ * and the system's monotonic clock drift apart over a long uptime.
  */
-import { closeSync, constants, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { Counter, type Registry } from 'prom-client';
 import { readBootId } from '../../util/boot-id.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
@@ -60,6 +63,8 @@ export interface KmsgReaderOptions {
 
 const READ_BUFFER = 16 * 1024;
 const DEFAULT_LOOKBACK_MS = 5 * 60_000;
+/** Wait after a read error other than EAGAIN/EPIPE before trying again. */
+const ERROR_BACKOFF_MS = 1000;
 
 const realIo: KmsgIo = {
   open: (path) => openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
@@ -67,15 +72,16 @@ const realIo: KmsgIo = {
   close: (fd) => closeSync(fd),
 };
 
-function readUptimeMs(): number {
-  return Math.round(Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * 1000);
+/** CLOCK_MONOTONIC (time since boot, without suspend): the closest clock to printk's. */
+function monotonicMs(): number {
+  return Number(process.hrtime.bigint() / 1_000_000n);
 }
 
 export class KmsgReader {
   readonly path: string;
   readonly bootId: string;
-  /** Wall-clock ms of boot (Date.now() - uptime), to turn record timestamps into times. */
-  readonly bootTimeMs: number;
+  /** Wall-clock ms of boot (now - uptime at start), to turn record timestamps into times. */
+  bootTimeMs = 0;
   recordsRead = 0;
   recordsLost = 0;
   parseErrors = 0;
@@ -86,7 +92,14 @@ export class KmsgReader {
   private readonly io: KmsgIo;
   private readonly buf = Buffer.alloc(READ_BUFFER);
   private readonly batchSize: number;
-  private readonly minTsUsec: number;
+  private readonly now: () => number;
+  private readonly lookbackMs: number;
+  /** Records of the first drain older than this are skipped (set at start). */
+  private minTsUsec = -1;
+  /** True until the first EAGAIN: the records read so far were in the ring before start. */
+  private initial = true;
+  /** The first seq read after the initial drain: records from here on are live. */
+  private liveFromSeq = Infinity;
   private readonly metrics: ReturnType<typeof kmsgMetrics>;
   private fd = -1;
   private lastSeq: number;
@@ -94,19 +107,17 @@ export class KmsgReader {
   private running = false;
   private draining = false;
   private immediate: NodeJS.Immediate | undefined;
+  private retry: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: KmsgReaderOptions = {}) {
     this.path = opts.path ?? '/dev/kmsg';
     this.io = opts.io ?? realIo;
     this.bootId = opts.bootId ?? readBootId();
     this.batchSize = Math.max(1, opts.batchSize ?? 512);
-    const now = (opts.now ?? Date.now)();
-    const uptimeMs = (opts.uptimeMs ?? readUptimeMs)();
-    this.bootTimeMs = now - uptimeMs;
+    this.now = opts.now ?? Date.now;
     const sameBoot = opts.cursor !== undefined && opts.cursor.bootId === this.bootId;
     this.lastSeq = sameBoot ? opts.cursor!.seq : -1;
-    const lookback = sameBoot ? Infinity : opts.cursor ? (opts.newBootLookbackMs ?? Infinity) : (opts.lookbackMs ?? DEFAULT_LOOKBACK_MS);
-    this.minTsUsec = lookback === Infinity ? -1 : (uptimeMs - lookback) * 1000;
+    this.lookbackMs = sameBoot ? Infinity : opts.cursor ? (opts.newBootLookbackMs ?? Infinity) : (opts.lookbackMs ?? DEFAULT_LOOKBACK_MS);
     this.metrics = kmsgMetrics(opts.registry);
   }
 
@@ -120,15 +131,27 @@ export class KmsgReader {
     return { bootId: this.bootId, seq: this.lastSeq };
   }
 
-  /** Wall-clock ms for a record's monotonic timestamp. */
+  /**
+   * Wall-clock ms of a record. Records logged after start are stamped now (they are read within
+   * milliseconds); older ones get boot time + their timestamp. The kernel's printk clock drifts
+   * from wall time by some ppm, which adds up to minutes over months of uptime, so the
+   * estimate is kept for records that were already in the ring.
+   */
   timeOf(rec: KmsgRecord): number {
-    return this.bootTimeMs + Math.floor(rec.tsUsec / 1000);
+    const now = this.now();
+    if (rec.seq >= this.liveFromSeq) return now;
+    return Math.min(now, this.bootTimeMs + Math.floor(rec.tsUsec / 1000));
   }
 
   /** Opens the device (throws if it cannot) and starts delivering records. */
   start(): void {
     if (this.running) return;
     this.fd = this.io.open(this.path);
+    const uptimeMs = (this.opts.uptimeMs ?? monotonicMs)();
+    this.bootTimeMs = this.now() - uptimeMs;
+    this.minTsUsec = this.lookbackMs === Infinity ? -1 : (uptimeMs - this.lookbackMs) * 1000;
+    this.initial = true;
+    this.liveFromSeq = Infinity;
     this.running = true;
     this.waiter = this.makeWaiter();
     this.drain();
@@ -138,6 +161,7 @@ export class KmsgReader {
     if (!this.running) return;
     this.running = false;
     if (this.immediate) clearImmediate(this.immediate);
+    if (this.retry) clearTimeout(this.retry);
     const w = this.waiter;
     this.waiter = undefined;
     await w?.close();
@@ -178,6 +202,7 @@ export class KmsgReader {
     this.draining = true;
     const batch: KmsgRecord[] = [];
     let more = true;
+    let failed = false;
     try {
       // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
       for (let i = 0; i < this.batchSize * 2 && batch.length < this.batchSize; i++) {
@@ -186,7 +211,14 @@ export class KmsgReader {
           n = this.io.read(this.fd, this.buf);
         } catch (err) {
           const code = (err as NodeJS.ErrnoException).code;
-          if (code === 'EAGAIN' || code === 'EWOULDBLOCK') { more = false; break; }
+          if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
+            if (this.initial) {
+              this.initial = false;
+              this.liveFromSeq = this.lastSeq + 1;
+            }
+            more = false;
+            break;
+          }
           if (code === 'EPIPE') continue; // overwritten; the seq gap on the next record says how many
           if (code === 'EINTR') continue;
           throw err;
@@ -196,6 +228,7 @@ export class KmsgReader {
       }
     } catch (err) {
       more = false;
+      failed = true;
       this.opts.onError?.(err as Error);
     } finally {
       this.draining = false;
@@ -203,6 +236,8 @@ export class KmsgReader {
     if (batch.length) this.deliver(batch);
     if (!this.running) return;
     if (more) this.immediate = setImmediate(() => this.drain());
+    // A device that keeps failing also keeps polling readable: back off instead of spinning.
+    else if (failed) this.retry = setTimeout(() => { this.retry = undefined; this.drain(); }, ERROR_BACKOFF_MS).unref();
     else this.waiter?.arm();
   }
 
@@ -218,7 +253,8 @@ export class KmsgReader {
     if (rec.seq <= this.lastSeq) return; // already seen before a restart
     if (this.lastSeq >= 0 && rec.seq > this.lastSeq + 1) this.lost(rec.seq - this.lastSeq - 1);
     this.lastSeq = rec.seq;
-    if (rec.tsUsec < this.minTsUsec) return; // older than the lookback
+    // Lookback applies to what was in the ring at start; 0 skips all of it.
+    if (this.initial && (this.lookbackMs === 0 || rec.tsUsec < this.minTsUsec)) return;
     if (rec.truncated) this.truncated++;
     batch.push(rec);
   }

@@ -104,19 +104,30 @@ export class PollWaiter implements Waiter {
     const eventfd = koffi.load('libc.so.6').func('int eventfd(unsigned int initval, int flags)') as (v: number, f: number) => number;
     this.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (this.wakeFd < 0) throw new Error(`eventfd failed (errno ${koffi.errno()})`);
-    this.worker = new Worker(WORKER_SOURCE, {
+    try {
+      this.worker = PollWaiter.spawn(koffiPath, fd, this.wakeFd, safetyMs);
+    } catch (err) {
+      closeSync(this.wakeFd);
+      throw err;
+    }
+    this.worker.on('message', (m: WorkerMessage) => this.onMessage(m));
+    this.worker.on('error', (err) => { if (!this.closed) this.h.onError(err); });
+    this.exited = new Promise((resolve) => this.worker.once('exit', () => resolve()));
+    // After the listeners: adding a 'message' listener refs the worker's port again.
+    this.worker.unref();
+    process.once('exit', this.onExit);
+  }
+
+  private static spawn(koffiPath: string, fd: number, wakeFd: number, safetyMs: number): Worker {
+    return new Worker(WORKER_SOURCE, {
       eval: true,
-      workerData: { koffiPath, fd, wakeFd: this.wakeFd, safetyMs },
+      workerData: { koffiPath, fd, wakeFd, safetyMs },
       // Plain CommonJS: do not inherit --import tsx and friends (faster start, less memory).
       execArgv: [],
       stdout: false,
       stderr: false,
+      resourceLimits: { maxOldGenerationSizeMb: 8, maxYoungGenerationSizeMb: 1 },
     });
-    this.worker.unref();
-    this.worker.on('message', (m: WorkerMessage) => this.onMessage(m));
-    this.worker.on('error', (err) => { if (!this.closed) this.h.onError(err); });
-    this.exited = new Promise((resolve) => this.worker.once('exit', () => resolve()));
-    process.once('exit', this.onExit);
   }
 
   arm(): void {

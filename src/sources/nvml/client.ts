@@ -116,6 +116,7 @@ const leftBehind = new Set<Worker>();
 
 /** Lets go of a worker that may be stuck in native code: it dies when its call returns. */
 function abandon(w: Worker, stuck: Set<Worker> | null): void {
+  if (w.threadId === -1) return; // already exited
   leftBehind.add(w);
   w.once('exit', () => leftBehind.delete(w));
   if (stuck) {
@@ -216,7 +217,12 @@ export class NvmlPollClient {
     // Best effort: let NVML shut down cleanly if the worker is responsive, but never wait long.
     const bye = this.request({ id: 0, op: 'shutdown' }).catch(() => {});
     await Promise.race([bye, new Promise((r) => setTimeout(r, 200).unref())]);
+    const exited = new Promise((r) => live.worker.once('exit', r));
     this.teardown(new NvmlWorkerGoneError('NVML client closed'), null);
+    // A responsive worker exits at once; only a hung one is left behind (see nvmlThreadsLeft()).
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 500)))]);
+    clearTimeout(timer);
   }
 
   private ensure(): LivePoll {

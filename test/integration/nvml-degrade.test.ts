@@ -1,0 +1,148 @@
+/**
+ * Partial and absent NVML: symbols missing from an older driver, no library, no driver, no GPU.
+ */
+import { strict as assert } from 'node:assert';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
+import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
+
+const envs: FakeNvmlEnv[] = [];
+after(() => envs.forEach((e) => e.cleanup()));
+
+function setup(...args: ConstructorParameters<typeof FakeNvmlEnv>) {
+  const env = new FakeNvmlEnv(...args);
+  envs.push(env);
+  return env;
+}
+
+test('symbols missing from an older driver degrade only their checks', async () => {
+  const omit = ['nvmlDeviceGetRemappedRows', 'nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceValidateInforom', 'nvmlDeviceGetFieldValues'];
+  const env = setup(2, { omit });
+  env.gpu(0, { clocksEventReasons: 0x8 });
+  const { monitor } = fakeMonitor(env, { events: false, thresholds: { clockEventPolls: 1 } });
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    const snap = monitor.snapshot();
+    assert.deepEqual(snap.missingSymbols.sort(), [...omit].sort());
+    assert.equal(snap.gpus.length, 2);
+    const check = (name: string, gpu = 0) => snap.checks.find((c) => c.check === name && c.gpu === gpu)!;
+    assert.equal(check('rowRemapFailure').status, 'skip');
+    assert.match(check('rowRemapFailure').message, /lacks nvmlDeviceGetRemappedRows \(older driver\)/);
+    assert.match(check('inforom').message, /lacks nvmlDeviceValidateInforom/);
+    assert.match(check('recoveryAction').message, /lacks nvmlDeviceGetFieldValues/);
+    // Clock reasons fall back to the pre-R535 symbol.
+    assert.equal(check('clockHwSlowdown').status, 'fail');
+    assert.deepEqual(sink.reasons(), ['NvidiaClockSlowdown']);
+    // Everything else still runs.
+    assert.equal(check('temperature', 1).status, 'ok');
+    assert.equal(check('nvlinkState', 1).status, 'ok');
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('without the event symbols, polls still run and events are not retried', async () => {
+  const env = setup(1, { omit: ['nvmlEventSetWait_v2'] });
+  const { monitor, logs } = fakeMonitor(env);
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    const ev = monitor.snapshot().events;
+    assert.equal(ev.status, 'failed');
+    assert.match(ev.detail ?? '', /nvmlEventSetWait_v2/);
+    assert.ok(logs.some((l) => /relying on polls/.test(l.msg)));
+    assert.ok(sink.healthyFor('NvidiaThermalError').length > 0);
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('GPUs present but no NVML library: NvidiaDriverNotLoaded, clearly worded', async () => {
+  const env = setup(2);
+  const { monitor } = fakeMonitor(env, { libraryPath: join(env.dir, 'missing', 'libnvidia-ml.so.1') });
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    assert.deepEqual(sink.reasons(), ['NvidiaDriverNotLoaded']);
+    const f = sink.findings[0]!;
+    assert.equal(f.entity, '');
+    assert.match(f.message, /^2 NVIDIA GPUs are on the PCI bus but NVML is unusable: cannot load .*missing\/libnvidia-ml\.so\.1/);
+    assert.match(f.message, /lsmod \| grep nvidia/);
+    assert.equal(sink.healthyFor('NvidiaDriverNotLoaded').length, 0);
+    assert.equal(monitor.snapshot().events.status, 'off');
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('driver not loaded, then loaded: finding, then healthy, inventory and events', async () => {
+  const env = setup(2);
+  env.cfg.rc = { nvmlInit_v2: 9 };
+  env.write();
+  const { monitor } = fakeMonitor(env);
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    assert.match(sink.findings[0]!.message, /DRIVER_NOT_LOADED: the NVIDIA kernel module is not loaded/);
+    env.cfg.rc = { nvmlInit_v2: 18 };
+    env.write();
+    sink.clear();
+    await monitor.pollOnce();
+    assert.match(sink.findings[0]!.message, /LIB_RM_VERSION_MISMATCH.*upgraded without a reboot/);
+    delete env.cfg.rc;
+    env.write();
+    sink.clear();
+    await monitor.pollOnce();
+    assert.deepEqual(sink.reasons(), []);
+    assert.equal(sink.healthyFor('NvidiaDriverNotLoaded', '').length, 1);
+    assert.equal(monitor.inventory().length, 2);
+    const end = Date.now() + 3_000;
+    while (monitor.snapshot().events.status !== 'running' && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    env.event({ gpu: 1, type: 8, data: 48 });
+    await sink.waitFor((f) => f.reason === 'NvidiaXID48Error');
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('no NVIDIA GPU on the PCI bus: the monitor stays off and says nothing', async () => {
+  const env = setup(2, { pciFunctions: 0 });
+  const { monitor } = fakeMonitor(env);
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    await monitor.pollOnce();
+    assert.equal(monitor.snapshot().state, 'off');
+    assert.deepEqual(sink.findings, []);
+    assert.deepEqual(sink.healthySignals, []);
+    assert.equal(monitor.stuckNvmlThreads, 0);
+  } finally {
+    await monitor.stop();
+  }
+  const empty = join(env.dir, 'empty-sys');
+  mkdirSync(empty);
+  const disabled = new GpuMonitor({ config: { enabled: false, libraryPath: env.libraryPath }, registry: new Registry(), sysRoot: env.sysRoot, ownTimer: false });
+  await disabled.start(new RecordingSink());
+  assert.equal(disabled.snapshot().state, 'off');
+  await disabled.stop();
+});
+
+test('the fallback timer polls on its own, with jitter, and stop() cancels it', async () => {
+  const env = setup(1);
+  const registry = new Registry();
+  const monitor = new GpuMonitor({ config: { libraryPath: env.libraryPath, events: false, pollInterval: 1_000, pollJitter: 0.2 }, registry, sysRoot: env.sysRoot });
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    assert.equal(monitor.pollIntervalMs, 1_000);
+    const first = sink.healthyFor('NvidiaThermalError').length;
+    await new Promise((r) => setTimeout(r, 2_500));
+    assert.ok(sink.healthyFor('NvidiaThermalError').length >= first + 1);
+  } finally {
+    await monitor.stop();
+  }
+});
