@@ -213,6 +213,13 @@ export class Engine {
 
   private restore(s: EngineSnapshot | undefined): void {
     if (!s || s.version !== 1) return;
+    if (s.bootId === this.opts.bootId) {
+      // A hardware condition that a Fatal finding proved before the restart stays managed.
+      for (const p of s.problems) {
+        const late = this.opts.lateConditions?.get(p.condition);
+        if (late && p.severity === 'Fatal' && !this.opts.conditions.has(p.condition)) this.opts.conditions.set(p.condition, late);
+      }
+    }
     for (const [type, c] of Object.entries(s.conditions)) {
       if (this.opts.conditions.has(type)) this.conditionClock.set(type, { status: c.status, since: c.lastTransitionTime });
     }

@@ -16,7 +16,7 @@ test('Xid 79 and a soft lockup on /dev/kmsg reach /conditions, and survive a res
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const config = path.join(dir, 'vigil.yaml');
   // lookback 0: records already in the ring (from other tests) are not this test's business.
-  writeFileSync(config, 'kernelLog:\n  lookback: "0"\nmonitors:\n  enabled: false\ngpu:\n  enabled: false\n');
+  writeFileSync(config, 'kernelLog:\n  lookback: "0"\n');
   const args = ['--standalone', '--state-dir', dir, '--config', config];
   const pci = uniquePci();
   const entity = `gpu:${pci}`;

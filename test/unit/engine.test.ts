@@ -232,3 +232,18 @@ test('a Fatal finding on a late condition (GPU fault with no NVML) starts managi
   assert.equal(e2.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
   void engine;
 });
+
+test('a late condition proved before a restart stays managed, with its transition time', () => {
+  const a = setup();
+  const info = a.conditions.get('AcceleratedHardwareReady')!;
+  const base = new Map([...a.conditions].filter(([t]) => t !== 'AcceleratedHardwareReady'));
+  const late = () => new Map([['AcceleratedHardwareReady', info]]);
+  const e1 = new Engine({ bootId: 'b', conditions: new Map(base), lateConditions: late(), now: a.now });
+  e1.finding(a.f('NvidiaXID79Error', 'gpu:0000:01:00'));
+  const before = e1.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')!;
+  a.advance(60_000);
+  const e2 = new Engine({ bootId: 'b', conditions: new Map(base), lateConditions: late(), now: a.now, restored: e1.snapshot() });
+  const after = e2.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady');
+  assert.equal(after?.status, 'False');
+  assert.equal(after?.lastTransitionTime, before.lastTransitionTime);
+});
