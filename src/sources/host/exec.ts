@@ -30,15 +30,23 @@ export const execBounded: ExecFn = (file, args, opts) =>
   new Promise((resolve, reject) => {
     const maxBytes = opts.maxBytes ?? 256 * 1024;
     if (opts.signal?.aborted) return reject(opts.signal.reason);
-    const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env });
+    // Own process group, so a kill also reaches grandchildren that would keep the pipes open.
+    const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env, detached: true });
     const out: Buffer[] = [];
     let outLen = 0;
     let err = '';
     let truncated = false;
     let timedOut = false;
     let settled = false;
+    let killed = false;
     const kill = () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      if (killed || child.pid === undefined) return;
+      killed = true;
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
     };
     const timer = setTimeout(() => {
       timedOut = true;
@@ -73,7 +81,14 @@ export const execBounded: ExecFn = (file, args, opts) =>
       if (err.length < STDERR_MAX) err += chunk.toString('utf8', 0, STDERR_MAX - err.length);
     });
     child.on('error', (e) => finish(() => reject(e)));
-    child.on('close', (code) =>
-      finish(() => resolve({ code, stdout: Buffer.concat(out, outLen).toString('utf8'), stderr: err, truncated, timedOut })),
-    );
+    const done = (code: number | null) =>
+      finish(() => resolve({ code, stdout: Buffer.concat(out, outLen).toString('utf8'), stderr: err, truncated, timedOut }));
+    child.on('close', done);
+    // After a kill, do not wait for pipes that something else may still hold.
+    child.on('exit', (code) => {
+      if (!killed) return;
+      child.stdout.destroy();
+      child.stderr.destroy();
+      done(code);
+    });
   });
