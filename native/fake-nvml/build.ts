@@ -53,8 +53,8 @@ export interface FakeGpu {
   temperature?: number | null;
   slowdownTemp?: number | null;
   shutdownTemp?: number | null;
-  /** errors[link] = [replay, recovery, crcFlit, crcData, eccData]. */
-  nvlink?: { links?: number; inactive?: number[]; errors?: number[][] } | null;
+  /** errors[link] = [replay, recovery, crcFlit, crcData, eccData]; linkCountField null hides field 91. */
+  nvlink?: { links?: number; inactive?: number[]; errors?: number[][]; linkCountField?: null } | null;
   recoveryAction?: number | null;
   inforomValid?: boolean | null;
 }

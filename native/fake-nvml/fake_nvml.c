@@ -68,6 +68,7 @@ typedef struct {
   nvmlValue_t value;
 } nvmlFieldValue_t; /* 40 bytes */
 
+#define FI_DEV_NVLINK_LINK_COUNT 91
 #define FI_DEV_GET_GPU_RECOVERY_ACTION 230
 #define DEFAULT_SUPPORTED_EVENTS 0xCC0BULL /* SBE|DBE|Xid|DramRetirement(+Failure)|GpuUnavailable|RecoveryAction */
 
@@ -697,11 +698,15 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
     nvmlFieldValue_t *f = &values[i];
     f->timestamp = (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000;
     f->latencyUsec = 0;
+    f->value.ullVal = 0;
     if (f->fieldId == FI_DEV_GET_GPU_RECOVERY_ACTION && !jnull(gpu, "recoveryAction")) {
       f->valueType = 1; /* unsigned int */
       f->nvmlReturn = NVML_SUCCESS;
-      f->value.ullVal = 0;
       f->value.uiVal = (unsigned)jnum(gpu, "recoveryAction", 0);
+    } else if (f->fieldId == FI_DEV_NVLINK_LINK_COUNT && nvlink_links(gpu) > 0 && !jnull(jget(gpu, "nvlink"), "linkCountField")) {
+      f->valueType = 1;
+      f->nvmlReturn = NVML_SUCCESS;
+      f->value.uiVal = (unsigned)nvlink_links(gpu);
     } else {
       f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
     }

@@ -7,6 +7,8 @@ import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
 import { loadRuleFiles } from './rule-files.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
+import { HostMonitors } from '../monitors/host-monitors.ts';
+import { WorkQueue } from '../scheduler/work-queue.ts';
 
 export interface BuildContext {
   restored: PersistedState | undefined;
@@ -18,8 +20,31 @@ export interface BuildContext {
 
 export function buildMonitors(config: VigilConfig, ctx: BuildContext): MonitorEntry[] {
   const entries: MonitorEntry[] = [];
+  // One sequential queue for every polled check (host checks and the GPU poll), so at most one
+  // check runs at a time on the node.
+  const queue = new WorkQueue({
+    registry: ctx.registry,
+    startupJitterMs: config.monitors.scheduler.startupJitter,
+    jitter: config.monitors.scheduler.jitter,
+  });
   if (config.kernelLog.enabled) entries.push(kernelLogEntry(config, ctx));
+  const host = hostEntry(config, ctx, queue);
+  if (host) entries.push(host);
+  // Last, so it stops after the monitors that put checks on it.
+  entries.push({ monitor: { name: 'scheduler', start: () => queue.start(), stop: () => queue.stop() }, conditions: [] });
   return entries;
+}
+
+function hostEntry(config: VigilConfig, ctx: BuildContext, queue: WorkQueue): MonitorEntry | undefined {
+  const m = config.monitors;
+  const conditions: ConditionType[] = [
+    ...(m.kernel.enabled ? (['KernelReady'] as const) : []),
+    ...(m.networking.enabled ? (['NetworkingReady'] as const) : []),
+    ...(m.storage.enabled ? (['StorageReady'] as const) : []),
+    ...(m.runtime.enabled ? (['ContainerRuntimeReady'] as const) : []),
+  ];
+  if (conditions.length === 0) return undefined;
+  return { monitor: new HostMonitors(m, { scheduler: queue, log: ctx.log }), conditions };
 }
 
 function kernelLogEntry(config: VigilConfig, ctx: BuildContext): MonitorEntry {

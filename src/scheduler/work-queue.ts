@@ -180,7 +180,12 @@ export class WorkQueue {
     const records: RunRecord[] = [];
     await this.exclusive(async () => {
       for (const e of [...this.entries.values()]) {
-        if (!names || names.includes(e.check.name)) records.push(await this.execute(e));
+        if (names && !names.includes(e.check.name)) continue;
+        if (e.abandoned) {
+          // still stuck from an earlier run: never two of the same check
+          this.notifyTimeout(e.check);
+          records.push({ name: e.check.name, startedAt: this.clock.now(), durationMs: 0, cpuMs: 0, status: 'timeout' });
+        } else records.push(await this.execute(e));
       }
     });
     return records;
@@ -198,7 +203,7 @@ export class WorkQueue {
     if (!this.started || this.pumping || this.entries.size === 0) return;
     let earliest = Infinity;
     for (const e of this.entries.values()) earliest = Math.min(earliest, e.due);
-    const delay = Math.max(0, earliest - this.clock.now());
+    const delay = Math.min(2 ** 31 - 1, Math.max(0, earliest - this.clock.now())); // setTimeout's limit
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       void this.pump();

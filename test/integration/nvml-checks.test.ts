@@ -180,15 +180,21 @@ test('GPU_IS_LOST and RESET_REQUIRED from any call: reported per GPU, NVML re-in
 });
 
 test('metrics: call durations and errors by code on the registry passed in', async () => {
-  const env = setup(1);
+  const env = setup(2);
   env.gpu(0, { rc: { nvmlDeviceValidateInforom: 999 } });
+  // An older driver without the NVLink link-count field: links are probed instead.
+  env.gpu(1, { nvlink: { links: 4, linkCountField: null } });
   const { monitor, registry } = fakeMonitor(env, { events: false });
   try {
     await monitor.start(new RecordingSink());
+    assert.match(monitor.snapshot().checks.find((c) => c.check === 'nvlinkState' && c.gpu === 1)!.message, /4 of 4 NVLink links active/);
+    assert.match(monitor.snapshot().checks.find((c) => c.check === 'nvlinkState' && c.gpu === 0)!.message, /18 of 18 NVLink links active/);
     const text = await registry.metrics();
-    assert.match(text, /vigil_nvml_call_duration_seconds_count\{function="nvmlDeviceGetTemperature"\} 1/);
+    // Only the probing GPU asked past its last link.
+    assert.match(text, /vigil_nvml_call_errors_total\{function="nvmlDeviceGetNvLinkState",code="INVALID_ARGUMENT"\} 1\n/);
+    assert.match(text, /vigil_nvml_call_duration_seconds_count\{function="nvmlDeviceGetTemperature"\} 2/);
     assert.match(text, /vigil_nvml_call_errors_total\{function="nvmlDeviceValidateInforom",code="UNKNOWN"\} 1/);
-    assert.match(text, /vigil_gpu_count\{source="nvml"\} 1/);
+    assert.match(text, /vigil_gpu_count\{source="nvml"\} 2/);
     assert.match(text, /vigil_gpu_poll_duration_seconds_count 1/);
   } finally {
     await monitor.stop();

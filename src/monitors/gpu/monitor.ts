@@ -7,6 +7,7 @@
  * With the shared scheduler, pass `ownTimer: false` and schedule `pollOnce()` every
  * `pollIntervalMs`; without it the monitor runs its own jittered timer.
  */
+import type { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
 import { lookupReason } from '../../catalog/index.ts';
@@ -97,6 +98,8 @@ export class GpuMonitor implements Monitor {
   private nvmlUp = false;
   /** start() has finished (it starts events itself the first time). */
   private booted = false;
+  /** Event workers abandoned in a hung call that have not exited yet. */
+  private readonly eventStuck = new Set<Worker>();
 
   constructor(opts: GpuMonitorOptions) {
     this.config = gpuConfigSchema.parse(opts.config ?? {});
@@ -275,7 +278,7 @@ export class GpuMonitor implements Monitor {
     const inv = GpuInventory.fromPoll(res.gpus, this.driverVersion, this.inv);
     if (!inv.sameAs(this.inv)) {
       this.log({ gpus: inv.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pci: g.pci })) }, this.inv.gpus.length ? 'GPU inventory changed' : 'GPU inventory');
-      if (this.inv.gpus.length && this.eventClient) this.restartEvents('inventory changed', 0);
+      if (this.inv.gpus.length && this.eventClient) this.restartEvents('inventory-changed', 0);
     }
     this.inv = inv;
     const expected = this.expected();
@@ -314,7 +317,7 @@ export class GpuMonitor implements Monitor {
       // A GPU was just lost or needs a reset: re-initialise NVML and re-register events.
       this.log({}, 'GPU lost or needs reset; re-initialising NVML');
       this.pollClient.reset('gpu-lost');
-      if (this.eventClient) this.restartEvents('gpu lost', 0);
+      if (this.eventClient) this.restartEvents('gpu-lost', 0);
     }
     return results;
   }
@@ -352,7 +355,15 @@ export class GpuMonitor implements Monitor {
     const ready = new Promise<void>((r) => (readyNow = r));
     this.eventStatus = { status: 'starting', detail: null, devices: [] };
     const client = new NvmlEventClient(
-      { libraryPath: this.config.libraryPath, watchdogMs: this.config.watchdog, metrics: this.metrics, log: this.log, waitMs: this.config.eventWait, mask: DEFAULT_EVENT_MASK },
+      {
+        libraryPath: this.config.libraryPath,
+        watchdogMs: this.config.watchdog,
+        metrics: this.metrics,
+        log: this.log,
+        waitMs: this.config.eventWait,
+        mask: DEFAULT_EVENT_MASK,
+        stuck: this.eventStuck,
+      },
       {
         ready: (devices, missing) => {
           readyNow();
@@ -376,7 +387,7 @@ export class GpuMonitor implements Monitor {
           }
           // Find out what else changed, then re-register (the poll re-initialises NVML if needed).
           void this.pollOnce();
-          this.restartEvents('wait error', this.eventBackoffMs);
+          this.restartEvents('wait-error', this.eventBackoffMs);
         },
         failed: (err) => {
           readyNow();
@@ -414,6 +425,11 @@ export class GpuMonitor implements Monitor {
     this.eventBackoffMs = Math.min(MAX_EVENT_BACKOFF_MS, this.eventBackoffMs * 2);
     this.eventTimer = setTimeout(() => {
       this.eventTimer = null;
+      if (this.eventStuck.size >= this.config.maxStuckWorkers) {
+        // Earlier event workers are still stuck in NVML: don't pile up threads; look again later.
+        this.restartEvents('still-stuck', MAX_EVENT_BACKOFF_MS);
+        return;
+      }
       void (old?.stop() ?? Promise.resolve()).then(() => this.startEvents());
     }, delayMs);
     this.eventTimer.unref();

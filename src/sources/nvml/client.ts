@@ -326,7 +326,12 @@ export class NvmlEventClient {
   private watch: CallWatch | null = null;
 
   constructor(
-    private readonly opts: NvmlClientOptions & { waitMs: number; mask: number },
+    private readonly opts: NvmlClientOptions & {
+      waitMs: number;
+      mask: number;
+      /** Collects workers abandoned in a hung call, until they exit (shared across restarts). */
+      stuck?: Set<Worker>;
+    },
     private readonly on: EventHandlers,
   ) {}
 
@@ -347,7 +352,7 @@ export class NvmlEventClient {
       if (this.worker !== worker) return;
       this.opts.metrics.timeouts.inc({ function: h.fn });
       this.opts.metrics.workerRestarts.inc({ role: 'events', why: 'hang' });
-      this.drop(worker);
+      this.drop(worker, true);
       this.on.hang(h);
     }, this.opts.watchdogMs);
     worker.on('message', (m: EventMessage) => {
@@ -401,11 +406,11 @@ export class NvmlEventClient {
     abandon(worker, null);
   }
 
-  private drop(worker: Worker): void {
+  private drop(worker: Worker, hung = false): void {
     if (this.worker !== worker) return;
     this.worker = null;
     this.watch?.stop();
     this.watch = null;
-    abandon(worker, null);
+    abandon(worker, hung ? (this.opts.stuck ?? null) : null);
   }
 }

@@ -242,5 +242,7 @@ export { EVENT_BITS as EVENT, CLOCK_REASON_BITS as CLOCK_REASON } from './protoc
 
 /** nvmlDeviceGetFieldValues field id for the driver's recommended recovery action. */
 export const FI_DEV_GET_GPU_RECOVERY_ACTION = 230;
+/** nvmlDeviceGetFieldValues field id for the number of NVLink links. */
+export const FI_DEV_NVLINK_LINK_COUNT = 91;
 /** nvmlNvLinkErrorCounter_t values read per link. */
 export const NVLINK_COUNTERS = { replay: 0, recovery: 1, crcFlit: 2, crcData: 3 } as const;

@@ -15,6 +15,7 @@ import {
   BUF,
   EVENT,
   FI_DEV_GET_GPU_RECOVERY_ACTION,
+  FI_DEV_NVLINK_LINK_COUNT,
   NVML_FUNCTIONS,
   cString,
   fieldValue,
@@ -229,11 +230,17 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
   return s;
 }
 
-/** Link states and error counters, probing links until the driver says there are no more. */
+/**
+ * Link states and error counters. The link count comes from field NVLINK_LINK_COUNT when the driver
+ * has it; otherwise links are probed until the driver says there are no more.
+ */
 function nvlinks(c: Caller, dev: Handle, maxLinks: number, ok: (fn: NvmlFnName, rc: number) => boolean): GpuSample['nvlink'] {
+  let links = maxLinks;
+  const fv: Partial<FieldValue> = { fieldId: FI_DEV_NVLINK_LINK_COUNT, scopeId: 0 };
+  if (c.call('nvmlDeviceGetFieldValues', dev, 1, fv) === 0 && fv.nvmlReturn === 0) links = Math.min(maxLinks, fieldValue(fv) ?? maxLinks);
   const active: boolean[] = [];
   const counters: (number[] | null)[] = [];
-  for (let link = 0; link < maxLinks; link++) {
+  for (let link = 0; link < links; link++) {
     const a: [number] = [0];
     const rc = c.call('nvmlDeviceGetNvLinkState', dev, link, a);
     // INVALID_ARGUMENT past the last link; NOT_SUPPORTED on GPUs without NVLink.
@@ -295,7 +302,6 @@ function poll(c: Caller, args: PollRequestArgs, progress: (id: RawIdentity) => v
 
 function runPollRole(init: WorkerInit): void {
   let c: Caller | null = null;
-  let pendingStats: CallStats = [];
   parentPort!.on('message', (req: PollRequest) => {
     let res: PollResponse;
     try {
@@ -311,11 +317,10 @@ function runPollRole(init: WorkerInit): void {
         c = null;
         result = null;
       }
-      res = { id: req.id, ok: true, result, stats: c?.takeStats() ?? pendingStats };
+      res = { id: req.id, ok: true, result, stats: c?.takeStats() ?? [] };
     } catch (err) {
-      res = { id: req.id, ok: false, error: serialize(err), stats: c?.takeStats() ?? pendingStats };
+      res = { id: req.id, ok: false, error: serialize(err), stats: c?.takeStats() ?? [] };
     }
-    pendingStats = [];
     parentPort!.postMessage(res);
   });
 }
@@ -358,9 +363,9 @@ function runEventsRole(init: WorkerInit): void {
       const dev: EventDevice = { index, uuid: null, busId: null, mask: 0, rc: hrc };
       devices.push(dev);
       if (hrc !== 0 || h[0] === null) continue;
-      dev.uuid = identity(c, index, h[0]).id.uuid;
-      const pci: Partial<PciInfo> = {};
-      if (c.call('nvmlDeviceGetPciInfo_v3', h[0], pci) === 0) dev.busId = pci.busId ?? null;
+      const { id } = identity(c, index, h[0]);
+      dev.uuid = id.uuid;
+      dev.busId = id.busId;
       // Register only what the device supports: one unsupported bit fails the whole mask.
       const sup: [number | bigint] = [0];
       const srcRc = c.call('nvmlDeviceGetSupportedEventTypes', h[0], sup);
