@@ -1,7 +1,7 @@
 /** Builds the enabled monitors from configuration. The only place that knows every monitor. */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { ConditionType } from '../api/types.ts';
+import type { ConditionType, FindingSink } from '../api/types.ts';
 import type { VigilConfig } from '../config/load.ts';
 import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
@@ -9,6 +9,10 @@ import { loadRuleFiles } from './rule-files.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
 import { HostMonitors } from '../monitors/host-monitors.ts';
 import { WorkQueue } from '../scheduler/work-queue.ts';
+import { GpuMonitor } from '../monitors/gpu/monitor.ts';
+import { attributeGpu, gpuBelow } from '../monitors/gpu/attribution.ts';
+import { withIgnoredXids } from '../monitors/xid/policy.ts';
+import path from 'node:path';
 
 export interface BuildContext {
   restored: PersistedState | undefined;
@@ -27,7 +31,9 @@ export function buildMonitors(config: VigilConfig, ctx: BuildContext): MonitorEn
     startupJitterMs: config.monitors.scheduler.startupJitter,
     jitter: config.monitors.scheduler.jitter,
   });
-  if (config.kernelLog.enabled) entries.push(kernelLogEntry(config, ctx));
+  const gpu = config.gpu.enabled ? gpuMonitor(config, ctx) : undefined;
+  if (config.kernelLog.enabled) entries.push(kernelLogEntry(config, ctx, gpu));
+  if (gpu) entries.push(gpuEntry(config, ctx, gpu, queue));
   const host = hostEntry(config, ctx, queue);
   if (host) entries.push(host);
   // Last, so it stops after the monitors that put checks on it.
@@ -47,24 +53,64 @@ function hostEntry(config: VigilConfig, ctx: BuildContext, queue: WorkQueue): Mo
   return { monitor: new HostMonitors(m, { scheduler: queue, log: ctx.log }), conditions };
 }
 
-function kernelLogEntry(config: VigilConfig, ctx: BuildContext): MonitorEntry {
+function gpuMonitor(config: VigilConfig, ctx: BuildContext): GpuMonitor {
+  return new GpuMonitor({
+    config: { ...config.gpu, fatalXids: config.xid.fatal },
+    registry: ctx.registry,
+    sysRoot: path.join(config.monitors.hostRoot, 'sys'),
+    ownTimer: false,
+    log: (obj, msg) => ctx.log.info({ ...obj, monitor: 'gpu' }, msg),
+  });
+}
+
+function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue: WorkQueue): MonitorEntry {
+  const monitor = withIgnoredXids(gpu, config.xid.ignore, ctx.registry);
+  return {
+    monitor: {
+      name: 'gpu',
+      start: async (out) => {
+        await monitor.start(out);
+        // Only a node with NVIDIA GPUs reports AcceleratedHardwareReady as healthy.
+        if (gpu.snapshot().state !== 'running') return;
+        ctx.manage('AcceleratedHardwareReady');
+        queue.add({
+          name: 'gpu.poll',
+          intervalMs: gpu.pollIntervalMs,
+          budgetMs: Math.max(30_000, config.gpu.watchdog * 2),
+          run: () => gpu.pollOnce(),
+        });
+      },
+      stop: async () => {
+        queue.remove('gpu.poll');
+        await monitor.stop();
+      },
+    },
+    conditions: [],
+  };
+}
+
+function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor | undefined): MonitorEntry {
   const k = config.kernelLog;
   const rules = loadRuleFiles(config);
   const monitor = new KernelLogMonitor({
     ...(ctx.restored?.kmsgCursor ? { cursor: ctx.restored.kmsgCursor } : {}),
     reader: { path: k.path, lookbackMs: k.lookback },
     classifier: {
-      fatalXids: k.fatalXids,
+      fatalXids: config.xid.fatal,
       pcieCorrectedThreshold: { count: k.pcieCorrected.count, windowMs: k.pcieCorrected.window },
       userRules: rules.userRules,
       npd: rules.npd,
+      ...(gpu ? { gpuAbove: gpuBelow(path.join(config.monitors.hostRoot, 'sys'), gpu) } : {}),
     },
     registry: ctx.registry,
     onCursor: () => ctx.markDirty(),
     onError: (err) => ctx.log.warn({ err, monitor: 'kernel-log' }, `kernel log: ${err.message}`),
   });
+  const attributed = gpu
+    ? { name: monitor.name, start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)), stop: () => monitor.stop() }
+    : monitor;
   return {
-    monitor,
+    monitor: withIgnoredXids(attributed, config.xid.ignore, ctx.registry),
     // The kernel log proves the kernel is watched; the other types need their own monitors.
     conditions: ['KernelReady'],
     extraConditions: monitor.npdConditions.map((c) => ({ type: c.type, healthyReason: c.reason, healthyMessage: c.message })),

@@ -81,5 +81,12 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     process.once('SIGINT', () => stop('SIGINT'));
   });
   await agent.stop();
+  // A thread stuck in a hung NVML call would keep the process alive forever; leave without it.
+  const { nvmlThreadsLeft, exitNow } = await import('../sources/nvml/client.ts');
+  if (nvmlThreadsLeft() > 0) {
+    log.warn({ event: 'stopping', threads: nvmlThreadsLeft() }, 'NVML calls still hung; exiting without waiting for them');
+    log.flush?.();
+    exitNow(0);
+  }
   return 0;
 }

@@ -26,7 +26,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
     const config = loadConfig(opts.config);
     const rules = loadRuleFiles(config);
     classifier = new KernelLogClassifier({
-      fatalXids: config.kernelLog.fatalXids,
+      fatalXids: config.xid.fatal,
       pcieCorrectedThreshold: { count: config.kernelLog.pcieCorrected.count, windowMs: config.kernelLog.pcieCorrected.window },
       userRules: rules.userRules,
       npd: rules.npd,

@@ -5,7 +5,7 @@ import { hostMonitorsConfigSchema } from '../monitors/host-config.ts';
 
 export const configSchema = coreConfig.extend({
   /** The NVIDIA GPU monitor (NVML). */
-  gpu: gpuConfigSchema.strict().prefault({}),
+  gpu: gpuConfigSchema.omit({ fatalXids: true }).strict().prefault({}),
   /** The polled host checks: kernel, networking, storage, container runtime. */
   monitors: hostMonitorsConfigSchema,
 });

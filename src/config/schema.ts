@@ -6,8 +6,8 @@
 import { z } from 'zod';
 import { duration } from './duration.ts';
 import { CONDITION_TYPES } from '../api/types.ts';
+import { DEFAULT_FATAL_XIDS } from '../monitors/xid/policy.ts';
 
-const DEFAULT_FATAL_XIDS = [46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158];
 
 const conditionNames = z.strictObject(
   Object.fromEntries(CONDITION_TYPES.map((t) => [t, z.string().regex(/^[A-Za-z][A-Za-z0-9]*$/).default(t)])) as Record<
@@ -29,14 +29,20 @@ export const kernelLogConfig = z.strictObject({
   path: z.string().default('/dev/kmsg'),
   /** On a new boot (or first start), records younger than this are classified; 0 = only new ones. */
   lookback: duration('5m'),
-  /** Xids that raise NvidiaXID<N>Error (Fatal); every other Xid is NvidiaXID<N>Warning. */
-  fatalXids: z.array(z.number().int().min(1).max(1000)).default(DEFAULT_FATAL_XIDS),
   /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
   pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
   /** YAML files of user rules (see docs/configuration.md). */
   userRules: z.array(z.string()).default([]),
   /** node-problem-detector system-log-monitor JSON files, loaded as they are. */
   npdConfigs: z.array(z.string()).default([]),
+});
+
+/** One Xid policy for the kernel log and NVML events, so both name a fault the same way. */
+export const xidConfig = z.strictObject({
+  /** Xids that raise NvidiaXID<N>Error (Fatal); every other Xid raises NvidiaXID<N>Warning. */
+  fatal: z.array(z.number().int().min(1).max(1000)).default([...DEFAULT_FATAL_XIDS]),
+  /** Xids that are not reported at all (counted in vigil_findings_suppressed_total{why="ignored_xid"}). */
+  ignore: z.array(z.number().int().min(1).max(1000)).default([]),
 });
 
 export const engineConfig = z.strictObject({
@@ -72,6 +78,7 @@ export const coreConfig = z.strictObject({
   listen: z.string().regex(/^[^:]*:\d+$/, 'HOST:PORT').default('127.0.0.1:9464'),
   logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error']).default('info'),
   conditions: z.strictObject({ names: conditionNames.prefault({}) }).prefault({}),
+  xid: xidConfig.prefault({}),
   engine: engineConfig.prefault({}),
   kernelLog: kernelLogConfig.prefault({}),
   kubernetes: kubernetesConfig.prefault({}),

@@ -285,6 +285,8 @@ export interface VigilOptions {
   restored?: EngineSnapshot;
   /** Managed types (default: all five built-ins). */
   types?: BuiltinConditionType[];
+  /** Types managed only once a Fatal finding proves the hardware (the agent's lateConditions). */
+  late?: BuiltinConditionType[];
   /** Kubernetes names for types (conditions.names in the config). */
   names?: Partial<Record<BuiltinConditionType, string>>;
   sink?: Partial<Omit<KubernetesSinkOptions, 'clients' | 'nodeName' | 'log' | 'registry'>>;
@@ -308,7 +310,12 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
   for (const type of o.types ?? (Object.keys(CONDITIONS) as BuiltinConditionType[])) {
     conditions.set(type, { name: o.names?.[type] ?? type, ...CONDITIONS[type] });
   }
-  const engine = new Engine({ bootId: o.bootId ?? 'boot-test', conditions, registry, ...(o.restored ? { restored: o.restored } : {}) });
+  const lateConditions = new Map<string, ConditionInfo>();
+  for (const type of o.late ?? []) {
+    conditions.delete(type);
+    lateConditions.set(type, { name: o.names?.[type] ?? type, ...CONDITIONS[type] });
+  }
+  const engine = new Engine({ bootId: o.bootId ?? 'boot-test', conditions, lateConditions, registry, ...(o.restored ? { restored: o.restored } : {}) });
   const sink = new KubernetesSink({
     clients: makeClients(o.kubeconfig),
     nodeName: o.nodeName,

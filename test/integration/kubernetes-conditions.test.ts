@@ -53,6 +53,16 @@ test('other writers survive every Vigil write; lastTransitionTime holds across h
   assert.equal(n.get('AcceleratedHardwareReady')!.reason, 'NvidiaXID79Error');
   for (const t of VIGIL_TYPES.filter((x) => x !== 'AcceleratedHardwareReady')) assert.equal(iso(n.get(t)!.lastTransitionTime), lttBefore.get(t), `${t} transition time`);
 
+  // A second fault on the same condition changes its message, not its transition time.
+  const falseSince = iso(n.get('AcceleratedHardwareReady')!.lastTransitionTime);
+  a.engine.finding(finding('NvidiaXID48Error', 'gpu:0000:5e:00', 'double bit ECC error'));
+  n = await waitFor('both faults listed', async () => {
+    const c = conditionsOf(await cluster.readNode(node));
+    return c.get('AcceleratedHardwareReady')?.message?.includes('NvidiaXID48Error') && c;
+  });
+  assert.equal(iso(n.get('AcceleratedHardwareReady')!.lastTransitionTime), falseSince);
+  assert.equal(n.get('AcceleratedHardwareReady')!.reason, 'NvidiaXID79Error', 'the first active reason leads');
+
   // Kubelet and the other agent write between Vigil's heartbeats; Vigil must not undo them.
   const kubeletBeat = new Date(Math.floor(Date.now() / 1000) * 1000 + 5000);
   await cluster.admin.core.patchNodeStatus(
@@ -172,4 +182,40 @@ test('a type removed from the configuration is removed from the Node after a res
   await waitFor('record updated', () => !persisted.includes('StorageReady'));
   assert.deepEqual(persisted, ['AcceleratedHardwareReady', 'ContainerRuntimeReady', 'NetworkingReady', 'VigilKernelReady']);
   await b.stop();
+});
+
+test('a type managed late (GPU proved by a fault) keeps the transition time the Node shows, and is not removed', async () => {
+  const node = 'cond-late';
+  const old = new Date('2022-02-02T02:02:02Z');
+  // An earlier run (same boot) reported the GPU fault; this run manages the type only once a fault proves the GPU.
+  await cluster.createNode(node, [
+    { type: 'AcceleratedHardwareReady', status: 'False', reason: 'NvidiaXID79Error', message: 'earlier run', lastHeartbeatTime: old, lastTransitionTime: old },
+  ]);
+  const v = startVigil({
+    kubeconfig: cluster.vigilKubeconfig, nodeName: node, late: ['AcceleratedHardwareReady'],
+    sink: { writtenTypes: [...VIGIL_TYPES], staleGraceMs: 1500 },
+  });
+  await v.started;
+  v.engine.finding(finding('NvidiaXID79Error', 'gpu:0000:3b:00', 'GPU has fallen off the bus'));
+  const n = await waitFor('the fault written', async () => {
+    const c = conditionsOf(await cluster.readNode(node));
+    return c.get('AcceleratedHardwareReady')?.message?.includes('gpu:0000:3b:00') && c;
+  });
+  assert.equal(iso(n.get('AcceleratedHardwareReady')!.lastTransitionTime), old.toISOString(), 'adopted when it became managed');
+  // Past the grace the type is managed, so it stays.
+  await new Promise((r) => setTimeout(r, 2000));
+  assert.equal(conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady')?.status, 'False');
+  assert.ok(v.sink.conditions.writtenTypes.includes('AcceleratedHardwareReady'));
+  await v.stop();
+});
+
+test('a change seen just before shutdown is still written by close()', async () => {
+  const node = 'cond-close';
+  await cluster.createNode(node);
+  const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { coalesceMs: 1000 } });
+  await v.started;
+  await waitFor('initial write', () => v.sink.conditions.synced);
+  v.engine.finding(finding('XFSShutdown', 'dev:sda1'));
+  await v.stop(); // well inside the coalescing window
+  assert.equal(conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status, 'False');
 });

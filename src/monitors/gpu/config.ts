@@ -9,10 +9,9 @@
 import { z } from 'zod';
 import { parseDuration } from '../../util/duration.ts';
 
-/** The EKS fatal Xid list without 63 (row-remap events are judged through NVML instead). */
-export const DEFAULT_FATAL_XIDS: readonly number[] = [
-  46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158,
-];
+import { DEFAULT_FATAL_XIDS } from '../xid/policy.ts';
+
+export { DEFAULT_FATAL_XIDS };
 
 const durationMs = z.union([
   z.number().int().nonnegative(),

@@ -9,10 +9,7 @@
  */
 import { fillTemplate } from '../../catalog/index.ts';
 
-/** Xids that raise NvidiaXID<N>Error (the EKS list without 63, which NVIDIA classes as IGNORE). */
-export const DEFAULT_FATAL_XIDS: readonly number[] = [
-  46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158,
-];
+export { DEFAULT_FATAL_XIDS } from '../xid/policy.ts';
 
 /** Xid 154 recovery actions that mean the GPU is unusable until reset or reboot. */
 const XID154_FATAL_ACTIONS = new Set(['gpu reset required', 'node reboot required', 'drain and reset']);

@@ -1,4 +1,7 @@
-/** Exponential backoff with full jitter, so many nodes recovering from one outage do not stampede. */
+/**
+ * Exponential backoff with jitter (each delay is drawn between half and all of the current step),
+ * so many nodes recovering from one outage do not stampede the API server.
+ */
 export class Backoff {
   private attempt = 0;
 

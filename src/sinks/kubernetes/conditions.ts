@@ -15,7 +15,7 @@ export interface ConditionWriterOptions {
   nodeName: string;
   log: Logger;
   registry: Registry;
-  /** Changes within this window go out together. */
+  /** Changes within this window go out together (capped at 1 s). */
   coalesceMs: number;
   /** Re-write period when nothing changed; 0 disables. */
   heartbeatMs: number;
@@ -77,8 +77,12 @@ export class ConditionWriter {
   private readonly now: () => number;
   private readonly timeoutMs: number;
 
+  private readonly coalesceMs: number;
+
   constructor(private readonly o: ConditionWriterOptions) {
     this.now = o.now ?? Date.now;
+    // Coalescing trades latency for fewer writes; past a second it would only delay a repair.
+    this.coalesceMs = Math.min(Math.max(0, o.coalesceMs), 1000);
     this.timeoutMs = o.requestTimeoutMs ?? 10_000;
     this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
     this.owned = new Set(o.writtenTypes ?? []);
@@ -161,7 +165,7 @@ export class ConditionWriter {
   /** Takes the engine's latest view; schedules a write only if something Kubernetes shows changed. */
   update(health: NodeHealth): void {
     this.desired = health.conditions;
-    if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.o.coalesceMs);
+    if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.coalesceMs);
   }
 
   /** Whether the Node shows the latest state (tests and /healthz). */
@@ -184,8 +188,10 @@ export class ConditionWriter {
     clearInterval(this.heartbeatTimer);
     clearTimeout(this.staleTimer);
     if (finalWriteMs > 0 && !this.stopped) {
-      await this.inFlight;
-      if (this.dirty().length || this.pendingDeletes.size) await this.flush(Math.min(finalWriteMs, this.timeoutMs));
+      const deadline = Date.now() + finalWriteMs;
+      if (this.inFlight) await Promise.race([this.inFlight, sleep(finalWriteMs)]);
+      const left = deadline - Date.now();
+      if (!this.inFlight && left > 0 && (this.dirty().length || this.pendingDeletes.size)) await this.flush(Math.min(left, this.timeoutMs));
     }
     this.stopped = true;
     clearTimeout(this.timer);
@@ -195,7 +201,7 @@ export class ConditionWriter {
     const managed = new Set(this.desired.map((c) => c.name));
     for (const t of this.staleCandidates) if (!managed.has(t) && this.owned.has(t)) this.pendingDeletes.add(t);
     this.staleCandidates = [];
-    if (this.pendingDeletes.size) this.schedule(this.o.coalesceMs);
+    if (this.pendingDeletes.size) this.schedule(this.coalesceMs);
   }
 
   private dirty(): ConditionState[] {
@@ -258,8 +264,9 @@ export class ConditionWriter {
       const f = toFailure(err);
       this.m.writes.inc({ result: String(f.status) });
       this.report('patch', f);
-      // A heartbeat that failed is still owed; after a timeout the Node's state is unknown.
-      if (full || f.status === 0) this.fullWriteDue = true;
+      // A heartbeat that failed is still owed; after a timeout the Node's state is unknown, and
+      // after a 404 the Node may come back recreated without any of Vigil's conditions.
+      if (full || f.status === 0 || f.status === 404) this.fullWriteDue = true;
       this.inFlight = undefined;
       done();
       // Keep the desired state; the next attempt writes whatever is latest then.
@@ -284,7 +291,7 @@ export class ConditionWriter {
     this.backoff.reset();
     this.inFlight = undefined;
     done();
-    if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.o.coalesceMs);
+    if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.coalesceMs);
     else if (!this.timer) this.m.pendingGauge.set(0);
   }
 

@@ -252,6 +252,7 @@ export class NvmlPollClient {
       else p.reject(reviveError(m.error));
     });
     worker.on('error', (err) => {
+      if (this.live !== live) return;
       this.opts.log({ err: err.message }, 'NVML poll worker crashed');
       this.opts.metrics.workerRestarts.inc({ role: 'poll', why: 'crash' });
       this.teardown(new NvmlWorkerGoneError(`NVML poll worker crashed: ${err.message}`), null);

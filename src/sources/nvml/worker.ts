@@ -425,6 +425,7 @@ function runEventsRole(init: WorkerInit): void {
   post({ kind: 'stats', stats: c.takeStats() });
 }
 
+if (!parentPort) throw new Error('worker.ts runs only as a worker thread (see client.ts)');
 const init = workerData as WorkerInit;
 if (init.role === 'poll') runPollRole(init);
 else runEventsRole(init);

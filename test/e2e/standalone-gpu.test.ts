@@ -1,0 +1,74 @@
+/**
+ * End to end through the real agent process, the real koffi binding and the compiled fake NVML:
+ * an Xid 48 event on GPU 2 turns AcceleratedHardwareReady False naming that GPU's UUID within a
+ * second, and a hung NVML call does not delay a kernel-log finding.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { FakeNvmlEnv } from '../integration/nvml-helpers.ts';
+import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import type { NodeHealth } from '../../src/api/types.ts';
+
+test('an NVML Xid 48 event on GPU 2 reaches /conditions with its UUID within a second, and a hung NVML call does not delay the kernel log', async (t) => {
+  const env = new FakeNvmlEnv(4);
+  t.after(() => env.cleanup());
+  // The agent reads sysfs under the host root; the fake sysfs there lists the four GPUs.
+  const hostRoot = env.dir;
+  const stateDir = path.join(env.dir, 'state');
+  mkdirSync(stateDir);
+  const config = path.join(env.dir, 'vigil.yaml');
+  writeFileSync(
+    config,
+    [
+      'kernelLog:',
+      '  lookback: "0"',
+      'gpu:',
+      `  libraryPath: ${env.libraryPath}`,
+      '  watchdog: 2s',
+      '  pollInterval: 1s',
+      'monitors:',
+      `  hostRoot: ${hostRoot}`,
+      '  kernel: {enabled: false}',
+      '  networking: {enabled: false}',
+      '  storage: {enabled: false}',
+      '  runtime: {enabled: false}',
+      '',
+    ].join('\n'),
+  );
+  const agent = await startAgent(['--standalone', '--state-dir', stateDir, '--config', config], { FAKE_NVML_CONFIG: env.configPath });
+  t.after(() => agent.stop());
+
+  const initial = (await agent.get('/conditions')) as NodeHealth;
+  assert.equal(initial.conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'True', 'GPUs found: the condition is managed and healthy');
+
+  const gpu2 = env.cfg.gpus[2]!;
+  const sent = env.event({ gpu: 2, type: 8, data: 48 });
+  let accel;
+  for (;;) {
+    const health = (await agent.get('/conditions')) as NodeHealth;
+    accel = health.conditions.find((c) => c.type === 'AcceleratedHardwareReady');
+    if (accel?.status === 'False') break;
+    assert.ok(Date.now() - sent < 1000, 'AcceleratedHardwareReady did not turn False within one second');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.ok(Date.now() - sent < 1000);
+  assert.equal(accel.reason, 'NvidiaXID48Error');
+  assert.equal(accel.active[0]!.attrs?.uuid, gpu2.uuid);
+  assert.match(accel.message, new RegExp(String(gpu2.uuid)));
+
+  // Now every NVML call hangs for 5 s; a kernel-log fault must still arrive at once.
+  env.cfg.hang = { '*': 5000 };
+  env.write();
+  await new Promise((r) => setTimeout(r, 1500)); // a poll (every ~1 s) is now stuck in NVML
+  const pci = uniquePci();
+  const before = Date.now();
+  writeKmsg(`NVRM: Xid (PCI:${pci}): 79, pid=1, name=probe, GPU has fallen off the bus.`);
+  await agent.waitFor((l) => l.reason === 'NvidiaXID79Error' && l.entity === `gpu:${pci}`, 3000);
+  assert.ok(Date.now() - before < 1000, 'the kernel-log finding waited on NVML');
+  // And NVML really was hung: the watchdog reports it.
+  await agent.waitFor((l) => l.reason === 'NvidiaNVMLTimeout', 10_000);
+  env.cfg.hang = {};
+  env.write();
+});
