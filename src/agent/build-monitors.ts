@@ -5,6 +5,7 @@ import type { ConditionType, FindingSink } from '../api/types.ts';
 import type { VigilConfig } from '../config/load.ts';
 import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
+import { CONDITIONS } from '../catalog/index.ts';
 import { loadRuleFiles } from './rule-files.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
 import { HostMonitors } from '../monitors/host-monitors.ts';
@@ -113,7 +114,13 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
     monitor: withIgnoredXids(attributed, config.xid.ignore, ctx.registry),
     // The kernel log proves the kernel is watched; the other types need their own monitors.
     conditions: ['KernelReady'],
-    extraConditions: monitor.npdConditions.map((c) => ({ type: c.type, healthyReason: c.reason, healthyMessage: c.message })),
+    extraConditions: [
+      ...monitor.npdConditions.map((c) => ({ type: c.type, healthyReason: c.reason, healthyMessage: c.message })),
+      // A user rule may name its own condition type; Vigil manages it like the built-ins.
+      ...[...new Set(rules.userRules.map((r) => r.condition).filter((c): c is string => !!c && !(c in CONDITIONS)))].map((type) => ({
+        type, healthyReason: `${type}IsHealthy`, healthyMessage: `no ${type} problem is active`,
+      })),
+    ],
     persist: (state) => {
       const c = monitor.cursor();
       if (c) state.kmsgCursor = c;

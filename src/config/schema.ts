@@ -68,8 +68,6 @@ export const kubernetesConfig = z.strictObject({
   eventNamespace: z.string().default('default'),
   /** Events per reason per minute; more are dropped and counted. */
   eventsPerReasonPerMinute: z.number().int().min(1).default(6),
-  /** Cordon the node and taint it NoSchedule while a Fatal condition is active (opt-in). */
-  quarantine: z.boolean().default(false),
 });
 
 export const coreConfig = z.strictObject({
