@@ -13,6 +13,12 @@ import { LogSink } from '../sinks/log/log-sink.ts';
 import { HttpServer } from '../sinks/http/server.ts';
 import { readBootId } from '../util/boot-id.ts';
 
+/** A sink plus the part of the state file it keeps. */
+export interface SinkEntry {
+  sink: Sink;
+  persist?: (state: PersistedState) => void;
+}
+
 /** A monitor plus what the agent needs to know about it. */
 export interface MonitorEntry {
   monitor: Monitor;
@@ -32,7 +38,7 @@ export interface AgentDeps {
   /** Builds the monitors from the restored state (the kmsg cursor). */
   monitors: (ctx: { restored: PersistedState | undefined; registry: Registry; markDirty: () => void; manage: (type: ConditionType) => void }) => MonitorEntry[];
   /** Extra sinks (Kubernetes), built once the engine exists. */
-  sinks?: (engine: Engine, registry: Registry) => Sink[];
+  sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
 }
 
 export class Agent {
@@ -41,6 +47,7 @@ export class Agent {
   private readonly store: StateStore;
   private readonly entries: MonitorEntry[];
   private readonly sinks: Sink[];
+  private readonly sinkEntries: SinkEntry[];
   private readonly http: HttpServer;
   private readonly componentState = new Map<string, string>();
   private tickTimer: NodeJS.Timeout | undefined;
@@ -80,7 +87,8 @@ export class Agent {
       escalations: config.engine.escalations.map((e) => ({ match: e.match, count: e.count, windowMs: e.window, raise: e.raise })),
       ...(state?.engine ? { restored: state.engine } : {}),
     });
-    this.sinks = [new LogSink(log), ...(deps.sinks?.(this.engine, this.registry) ?? [])];
+    this.sinkEntries = deps.sinks?.({ engine: this.engine, registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
+    this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];
     this.engine.on((event: EngineEvent, health: NodeHealth) => {
       for (const s of this.sinks) {
         try {
@@ -161,12 +169,15 @@ export class Agent {
     this.store.flush();
     await this.http.close();
     for (const s of this.sinks) await s.close?.();
+    // A sink's last write (e.g. removing a stale condition type) changes what it persists.
+    this.store.flush();
   }
 
   private collectState(): PersistedState {
     this.savedVersion = this.engine.stateVersion;
     const state: PersistedState = { version: 1, engine: this.engine.snapshot() };
     for (const e of this.entries) e.persist?.(state);
+    for (const e of this.sinkEntries) e.persist?.(state);
     return state;
   }
 }

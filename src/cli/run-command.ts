@@ -42,7 +42,7 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       config,
       log,
       monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
-      sinks: (_engine, registry) => {
+      sinks: ({ registry, restored, markDirty }) => {
         if (!kubeModules) return [];
         kube = new kubeModules.sink.KubernetesSink({
           clients: kubeModules.client.makeClients(kubeconfig),
@@ -53,8 +53,11 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
           coalesceMs: config.kubernetes.coalesce,
           eventNamespace: config.kubernetes.eventNamespace,
           eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
+          ...(restored?.kubernetes ? { writtenTypes: restored.kubernetes.writtenTypes } : {}),
+          onWrittenTypes: () => markDirty(),
         });
-        return [kube];
+        const sink = kube;
+        return [{ sink, persist: (state) => (state.kubernetes = { writtenTypes: sink.conditions.writtenTypes }) }];
       },
     });
   } catch (err) {

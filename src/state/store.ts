@@ -11,6 +11,8 @@ export interface PersistedState {
   version: 1;
   engine?: EngineSnapshot;
   kmsgCursor?: { bootId: string; seq: number };
+  /** Condition types Vigil wrote to its Node, so a type dropped from configuration is cleaned up. */
+  kubernetes?: { writtenTypes: string[] };
 }
 
 export class StateStore {
