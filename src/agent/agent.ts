@@ -101,7 +101,13 @@ export class Agent {
     });
     this.http = new HttpServer(this.registry, {
       health: () => this.engine.health(),
-      components: () => Object.fromEntries(this.componentState),
+      components: () => {
+        const out = Object.fromEntries(this.componentState);
+        for (const e of this.entries) {
+          if (out[e.monitor.name] === 'ok' && e.monitor.status) out[e.monitor.name] = e.monitor.status();
+        }
+        return out;
+      },
     });
     const up = new Gauge({ name: 'vigil_source_up', help: '1 while a monitor runs, 0 when it failed to start or stopped.', labelNames: ['monitor'], registers: [this.registry] });
     this.sourceUp = (name, ok) => up.set({ monitor: name }, ok ? 1 : 0);

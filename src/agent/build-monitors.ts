@@ -85,6 +85,10 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
         queue.remove('gpu.poll');
         await monitor.stop();
       },
+      status: () => {
+        const s = gpu.snapshot();
+        return s.state === 'off' ? 'off: no NVIDIA GPU on the PCI bus' : `${s.state}: ${s.gpus.length} GPUs, events ${s.events.status}`;
+      },
     },
     conditions: [],
   };

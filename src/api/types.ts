@@ -138,6 +138,8 @@ export interface Monitor {
   readonly name: string;
   start(out: FindingSink): Promise<void> | void;
   stop(): Promise<void> | void;
+  /** A short word for /healthz (e.g. 'ok', 'off: no NVIDIA GPU'); 'ok' when absent. */
+  status?(): string;
 }
 
 /** The handle a monitor publishes through. */
