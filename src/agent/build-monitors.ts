@@ -99,7 +99,7 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
   const rules = loadRuleFiles(config);
   const monitor = new KernelLogMonitor({
     ...(ctx.restored?.kmsgCursor ? { cursor: ctx.restored.kmsgCursor } : {}),
-    reader: { path: k.path, lookbackMs: k.lookback },
+    reader: { path: k.path, lookbackMs: k.lookback, newBootLookbackMs: k.lookback },
     classifier: {
       fatalXids: config.xid.fatal,
       pcieCorrectedThreshold: { count: k.pcieCorrected.count, windowMs: k.pcieCorrected.window },

@@ -27,7 +27,7 @@ export const kernelLogConfig = z.strictObject({
   enabled: z.boolean().default(true),
   /** The kernel log device; tests point it elsewhere. */
   path: z.string().default('/dev/kmsg'),
-  /** On a new boot (or first start), records younger than this are classified; 0 = only new ones. */
+  /** On a first start or a new boot, records younger than this are classified; 0 = only new ones. */
   lookback: duration('5m'),
   /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
   pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
