@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { KernelLogClassifier } from '../src/monitors/kernel-log/classify.ts';
+import { rng } from '../test/helpers/prng.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'test', 'fixtures', 'kmsg');
 const LINES = 1_000_000;
@@ -18,17 +19,6 @@ function fixtureLines(name: string): string[] {
   return readFileSync(path.join(FIXTURES, name), 'utf8').split('\n').filter((l) => l !== '' && !l.startsWith('#'));
 }
 
-/** A deterministic PRNG (mulberry32) so every run classifies the same corpus. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function buildKmsgCorpus(n = DISTINCT): string[] {
   const benign = fixtureLines('benign.txt');

@@ -10,20 +10,11 @@ import { fileURLToPath } from 'node:url';
 import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, type LogFormat } from '../../src/sources/kmsg/parse.ts';
 import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
 import { loadNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
+import { rng } from '../helpers/prng.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const FORMATS: LogFormat[] = ['kmsg', 'dmesg', 'syslog', 'plain'];
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const seeds = readFileSync(path.join(FIXTURES, 'raw-records.txt'), 'utf8').split('\n')
   .concat(readFileSync(path.join(FIXTURES, 'faults.tsv'), 'utf8').split('\n').map((l) => `3,1,2,-;${l.split('\t')[2] ?? ''}`));
