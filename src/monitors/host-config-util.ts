@@ -1,22 +1,9 @@
 /** Zod pieces shared by the host monitors' config schemas. */
 import { z } from 'zod';
-import { parseDuration } from '../util/duration.ts';
 
-/** A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m'. Parses to ms. */
-export function duration(defaultMs: number) {
-  return z
-    .union([z.number().int().min(0), z.string()])
-    .transform((v, ctx) => {
-      if (typeof v === 'number') return v;
-      const ms = parseDuration(v);
-      if (ms === undefined) {
-        ctx.addIssue({ code: 'custom', message: `not a duration: ${JSON.stringify(v)} (use e.g. 30s, 5m)` });
-        return z.NEVER;
-      }
-      return ms;
-    })
-    .default(defaultMs);
-}
+import { duration } from '../config/duration.ts';
+
+export { duration };
 
 /** A fraction in [0, 1] (usage ratios). */
 export const ratio = (d: number) => z.number().min(0).max(1).default(d);

@@ -7,23 +7,13 @@
  * (see /work/shared/reference/nvidia-gpu-faults.md §6).
  */
 import { z } from 'zod';
-import { parseDuration } from '../../util/duration.ts';
+import { durationValue } from '../../config/duration.ts';
 
 import { DEFAULT_FATAL_XIDS } from '../xid/policy.ts';
 
 export { DEFAULT_FATAL_XIDS };
 
-const durationMs = z.union([
-  z.number().int().nonnegative(),
-  z.string().transform((s, ctx) => {
-    const ms = parseDuration(s);
-    if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `not a duration: ${s} (use e.g. 250ms, 10s, 5m)` });
-      return z.NEVER;
-    }
-    return ms;
-  }),
-]);
+const durationMs = durationValue;
 
 const thresholdsSchema = z.object({
   /**
