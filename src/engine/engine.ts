@@ -177,6 +177,10 @@ export class Engine {
       if (p.recovery.kind === 'ttl' && now - p.lastSeen >= p.recovery.ttlMs) this.clear(p, 'ttl');
     }
     this.escalator.prune(now);
+    // Counters of keys that went quiet are dropped, so memory follows the active set.
+    for (const map of [this.thresholds, this.activations]) {
+      for (const [key, c] of map) if (c.count(now) === 0 && !this.problems.has(key)) map.delete(key);
+    }
   }
 
   /**
