@@ -112,7 +112,7 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
     onError: (err) => ctx.log.warn({ err, monitor: 'kernel-log' }, `kernel log: ${err.message}`),
   });
   const attributed = gpu
-    ? { name: monitor.name, start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)), stop: () => monitor.stop() }
+    ? { name: monitor.name, start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)), stop: () => monitor.stop(), status: () => monitor.status() }
     : monitor;
   return {
     monitor: withIgnoredXids(attributed, config.xid.ignore, ctx.registry),

@@ -62,6 +62,12 @@ export class KernelLogMonitor implements Monitor {
     this.npdConditions = [...seen.values()];
   }
 
+  /** For /healthz: whether it reads, how it waits, and what it lost. */
+  status(): string {
+    if (!this.reader) return 'stopped';
+    return `ok: ${this.lost} records lost to ring overruns`;
+  }
+
   /** The cursor to persist; undefined until the reader has started and no cursor was given. */
   cursor(): KmsgCursor | undefined {
     return this.reader?.cursor() ?? this.lastCursor;

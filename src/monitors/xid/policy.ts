@@ -32,5 +32,6 @@ export function withIgnoredXids(monitor: Monitor, ignore: readonly number[], reg
       });
     },
     stop: () => monitor.stop(),
+    ...(monitor.status ? { status: () => monitor.status!() } : {}),
   };
 }
