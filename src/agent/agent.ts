@@ -131,6 +131,8 @@ export class Agent {
 
   async start(): Promise<{ port: number; address: string }> {
     const { log, config } = this.deps;
+    // Serve first: a monitor slow to start (a hung GPU) must not hide /healthz and /metrics.
+    const addr = await this.http.listen(config.listen);
     const out = this.findingSink();
     for (const e of this.entries) {
       try {
@@ -149,7 +151,6 @@ export class Agent {
       if (this.engine.stateVersion !== this.savedVersion) this.store.schedule();
     }, config.engine.tick);
     this.tickTimer.unref();
-    const addr = await this.http.listen(config.listen);
     log.info({ event: 'started', listen: `${addr.address}:${addr.port}`, stateFile: this.store.file, monitors: this.entries.map((e) => e.monitor.name) }, 'vigil started');
     for (const c of this.engine.health().conditions) {
       log.info({ event: 'condition', type: c.name, status: c.status, reason: c.reason, lastTransitionTime: c.lastTransitionTime }, `${c.name} is ${c.status}: ${c.message}`);
