@@ -186,3 +186,15 @@ test('errors from the device and from the consumer are reported, not thrown', as
   assert.match(b.errors[0]!.message, /consumer bug/);
   assert.throws(() => new KmsgReader({ io: { ...boom, open: () => { throw new Error('ENOENT'); } }, bootId: BOOT, uptimeMs: () => 1 }).start(), /ENOENT/);
 });
+
+test('with lookback 0, a record written while a large ring is still being drained is delivered', async () => {
+  const dev = new FakeKmsg();
+  for (let i = 0; i < 1500; i++) dev.add(`old ${i}`, (UPTIME_MS - 60_000) * 1000);
+  const { r, got } = reader(dev, { lookbackMs: 0, batchSize: 512 });
+  r.start();
+  // The first batch has been read; the rest of the ring is still pending when this arrives.
+  dev.add('new while draining', UPTIME_MS * 1000 + 5);
+  await new Promise((res) => setTimeout(res, 50));
+  await r.stop();
+  assert.deepEqual(got.map((x) => x.message), ['new while draining']);
+});

@@ -253,8 +253,10 @@ export class KmsgReader {
     if (rec.seq <= this.lastSeq) return; // already seen before a restart
     if (this.lastSeq >= 0 && rec.seq > this.lastSeq + 1) this.lost(rec.seq - this.lastSeq - 1);
     this.lastSeq = rec.seq;
-    // Lookback applies to what was in the ring at start; 0 skips all of it.
-    if (this.initial && (this.lookbackMs === 0 || rec.tsUsec < this.minTsUsec)) return;
+    // Lookback applies to what was in the ring at start (0 skips all of it). Judged by timestamp,
+    // not by "read before the first EAGAIN": a record written while a large ring is still being
+    // drained is new and must not be skipped.
+    if (this.initial && rec.tsUsec < this.minTsUsec) return;
     if (rec.truncated) this.truncated++;
     batch.push(rec);
   }
