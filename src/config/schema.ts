@@ -53,7 +53,7 @@ export const engineConfig = z.strictObject({
     { match: 'NvidiaXID(13|31|43)Warning', count: 5, window: '10m', raise: 'NvidiaXID$1Repeated' },
   ]),
   /** How often ttl recovery is evaluated. */
-  tick: duration('5s'),
+  tick: duration('30s'),
 });
 
 export const kubernetesConfig = z.strictObject({

@@ -16,7 +16,7 @@ test('config: every field has a default; durations, regexes and budgets are vali
   const cfg = hostMonitorsConfigSchema.parse({});
   assert.equal(cfg.hostRoot, '/');
   assert.deepEqual(cfg.kernel.checks.limits, { enabled: true, intervalMs: 300_000, budgetMs: 10_000 });
-  assert.equal(cfg.networking.checks.interfaces.intervalMs, 60_000);
+  assert.equal(cfg.networking.checks.interfaces.intervalMs, 300_000);
   assert.equal(cfg.storage.checks.iodelay.intervalMs, 600_000);
   const custom = hostMonitorsConfigSchema.parse({ storage: { checks: { diskstats: { interval: '30s', budget: '2s' } }, ioLatency: '250ms' } });
   assert.deepEqual(custom.storage.checks.diskstats, { enabled: true, intervalMs: 30_000, budgetMs: 2_000 });

@@ -17,10 +17,10 @@ export const networkingConfigSchema = z
     checks: z
       .object({
         /** Reading flags/carrier/operstate costs well under a millisecond, so poll faster than EKS's 5 min (their #249: 5–10 min latency). */
-        interfaces: checkTiming(1 * MINUTE),
+        interfaces: checkTiming(5 * MINUTE),
         sysctl: checkTiming(5 * MINUTE),
         ena: checkTiming(5 * MINUTE, 15_000),
-        rdma: checkTiming(1 * MINUTE),
+        rdma: checkTiming(5 * MINUTE),
         dns: checkTiming(5 * MINUTE),
       })
       .strict()

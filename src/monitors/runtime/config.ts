@@ -7,9 +7,9 @@ export const runtimeConfigSchema = z
     checks: z
       .object({
         /** kubelet /healthz: one local HTTP request. */
-        kubelet: checkTiming(1 * MINUTE),
+        kubelet: checkTiming(5 * MINUTE),
         /** containerd CRI socket: one local gRPC call. */
-        containerd: checkTiming(1 * MINUTE),
+        containerd: checkTiming(5 * MINUTE),
         /** systemd units: one `systemctl show` for all units. */
         units: checkTiming(5 * MINUTE),
       })
