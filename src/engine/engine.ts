@@ -13,11 +13,11 @@ import type {
   Finding,
   HealthySignal,
   NodeHealth,
+  RecommendedAction,
   Recovery,
   Severity,
 } from '../api/types.ts';
-import { CONDITIONS, lookupReason } from '../catalog/index.ts';
-import type { RecommendedAction } from '../api/types.ts';
+import { lookupReason } from '../catalog/index.ts';
 import { Escalator, type EscalationRule } from './escalation.ts';
 import { SlidingCounter } from './sliding-counter.ts';
 
@@ -355,4 +355,3 @@ function engineMetrics(registry: Registry | undefined) {
   };
 }
 
-export { CONDITIONS };
