@@ -63,7 +63,7 @@ export const kubernetesConfig = z.strictObject({
   /** Condition re-write period even when nothing changed; 0 disables. */
   heartbeat: duration('5m'),
   /** Changes within this window are written together (well under a second). */
-  coalesce: duration('200ms'),
+  coalesce: duration('200ms').refine((ms) => ms <= 1000, 'at most 1s: repair engines should see a change at once'),
   /** Namespace for Events about the Node. */
   eventNamespace: z.string().default('default'),
   /** Events per reason per minute; more are dropped and counted. */
