@@ -7,7 +7,8 @@
  *
  * SAFETY: Node joins worker threads at exit, so a worker stuck in poll(2) would hang the process.
  * The eventfd is signalled on close() and from process 'exit'; poll also returns every
- * `safetyMs` so a forgotten close() delays exit by at most that long.
+ * `safetyMs` (10 s; each return is a wake-up, so not shorter) so a forgotten close() delays
+ * exit by at most that long.
  */
 import { closeSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -97,7 +98,7 @@ export class PollWaiter implements Waiter {
   private readonly exited: Promise<void>;
   private readonly onExit = (): void => this.wake();
 
-  constructor(fd: number, private readonly h: WaiterHandlers, safetyMs = 2000) {
+  constructor(fd: number, private readonly h: WaiterHandlers, safetyMs = 10_000) {
     const require = createRequire(import.meta.url);
     const koffiPath = require.resolve('koffi');
     const koffi = require(koffiPath) as typeof import('koffi');
