@@ -1,14 +1,13 @@
 /**
  * Host-check cost on this machine: CPU of one full cycle of every host check (host root `/`, real
- * readers), the costliest single check, and the queue's own idle cost between cycles.
- * The first cycle is a warm-up (module loads such as koffi, JIT, counter baselines); the figures
- * are medians over the warm cycles. idle_rss_mib is left to the full-agent benchmark (NaN here).
+ * readers), the costliest single check, and the polling load those checks add at their default
+ * intervals. The first cycle is a warm-up (module loads such as koffi, JIT, counter baselines);
+ * the figures are medians over the warm cycles. The agent-wide idle figures are bench/idle.ts's.
  */
 import { HostMonitors } from '../src/monitors/host-monitors.ts';
 import { hostMonitorsConfigSchema } from '../src/monitors/host-config.ts';
 
 const WARM_CYCLES = 7;
-const IDLE_MS = 3000;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 const cpuMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
@@ -31,12 +30,6 @@ export async function benchHost(): Promise<Record<string, number>> {
   }
   const checkMedians = [...perCheck].map(([name, xs]) => [name, median(xs)] as const).sort((a, b) => b[1] - a[1]);
 
-  // Idle: the queue armed with every check between runs (intervals are minutes).
-  await new Promise((r) => setTimeout(r, 200));
-  const i0 = process.cpuUsage();
-  const w0 = performance.now();
-  await new Promise((r) => setTimeout(r, IDLE_MS));
-  const idle = cpuMs(process.cpuUsage(i0)) / (performance.now() - w0); // CPU-ms per ms = cores
   await hm.stop();
 
   // Steady-state polling load: each check's CPU spread over its interval.
@@ -49,7 +42,6 @@ export async function benchHost(): Promise<Record<string, number>> {
     poll_cycle_cpu_ms: median(cycles),
     max_check_cpu_ms: checkMedians[0]?.[1] ?? NaN,
     // The agent-wide idle figures (idle_cpu_millicores, idle_rss_mib) come from bench/idle.ts.
-    host_queue_idle_cpu_millicores: idle * 1000,
     host_polling_load_millicores: amortized,
   };
 }
