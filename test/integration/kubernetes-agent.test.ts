@@ -66,3 +66,47 @@ test('Xid 79 on /dev/kmsg becomes AcceleratedHardwareReady=False (NvidiaXID79Err
     assert.equal(await agent.stop(), 0);
   }
 });
+
+test('a condition type dropped from the configuration is removed from the Node after a restart', { timeout: 240_000 }, async () => {
+  const node = 'agent-stale-type';
+  await cluster.createNode(node);
+  const stateDir = path.join(dir, 'state-stale');
+  const config = (storage: boolean) => {
+    const file = path.join(dir, `stale-${storage}.yaml`);
+    writeFileSync(file, [
+      'kernelLog:',
+      '  lookback: "0"',
+      'monitors:',
+      '  scheduler: {startupJitter: 1h}',
+      '  kernel: {enabled: false}',
+      '  networking: {enabled: false}',
+      `  storage: {enabled: ${storage}}`,
+      '  runtime: {enabled: false}',
+      'gpu:',
+      '  enabled: false',
+      'kubernetes:',
+      '  mode: "on"',
+      '  coalesce: 100ms',
+      '',
+    ].join('\n'));
+    return file;
+  };
+  const args = (storage: boolean) => ['--kubeconfig', cluster.vigilKubeconfig, '--node-name', node, '--state-dir', stateDir, '--config', config(storage)];
+
+  const first = await startAgent(args(true));
+  try {
+    await waitFor('StorageReady written', async () => conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status === 'True', 30_000);
+  } finally {
+    assert.equal(await first.stop(), 0);
+  }
+
+  // Storage monitoring switched off: its type must not linger on the Node as a stale "True".
+  const second = await startAgent(args(false));
+  try {
+    await waitFor('StorageReady removed', async () => !conditionsOf(await cluster.readNode(node)).has('StorageReady'), 150_000);
+    const n = conditionsOf(await cluster.readNode(node));
+    assert.equal(n.get('KernelReady')?.status, 'True', 'the types still managed stay');
+  } finally {
+    assert.equal(await second.stop(), 0);
+  }
+});
