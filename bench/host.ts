@@ -13,7 +13,11 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const cpuMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
 
 export async function benchHost(): Promise<Record<string, number>> {
-  const cfg = hostMonitorsConfigSchema.parse({ hostRoot: '/', scheduler: { startupJitter: 0 }, networking: { dns: { host: 'localhost' } } });
+  const cfg = hostMonitorsConfigSchema.parse({
+    hostRoot: '/',
+    scheduler: { startupJitter: 0 },
+    networking: { dns: { host: 'localhost' } },
+  });
   const hm = new HostMonitors(cfg);
   hm.start({ finding: () => undefined, healthy: () => undefined });
   // start() schedules every check at once (no startup jitter): let that cycle run as the warm-up.

@@ -27,7 +27,7 @@ export async function benchKmsgLatency(): Promise<Record<string, number>> {
   monitor.start({ finding: (f) => engine.finding(f), healthy: (h) => engine.healthy(h) });
   try {
     for (let i = 0; i < WRITES; i++) {
-      const pci = `${(0x2000 + i).toString(16)}:${(i % 200 + 16).toString(16).padStart(2, '0')}:00`;
+      const pci = `${(0x2000 + i).toString(16)}:${((i % 200) + 16).toString(16).padStart(2, '0')}:00`;
       sent.set(`gpu:${pci}`, process.hrtime.bigint());
       // One open per write: user writes are rate-limited per open file.
       const fd = openSync('/dev/kmsg', 'w');
@@ -41,6 +41,6 @@ export async function benchKmsgLatency(): Promise<Record<string, number>> {
   }
   if (latencies.length < WRITES) throw new Error(`only ${latencies.length} of ${WRITES} writes produced a finding`);
   latencies.sort((a, b) => a - b);
-  const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]!;
+  const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
   return { kmsg_to_finding_p50_ms: pct(50), kmsg_to_finding_p99_ms: pct(99), kmsg_to_finding_samples: latencies.length };
 }

@@ -23,7 +23,9 @@ const names = wanted.length ? wanted : Object.keys(benches);
 let results: Record<string, number | string> = {};
 try {
   results = JSON.parse(readFileSync(out, 'utf8'));
-} catch { /* first run */ }
+} catch {
+  /* first run */
+}
 
 let failed = 0;
 for (const name of names) {

@@ -18,7 +18,8 @@ function newestSource(dir) {
   return newest;
 }
 
-const fromSource = process.env.VIGIL_FROM_SOURCE === '1' || !existsSync(stamp) || newestSource(path.join(root, 'src')) > statSync(stamp).mtimeMs;
+const fromSource =
+  process.env.VIGIL_FROM_SOURCE === '1' || !existsSync(stamp) || newestSource(path.join(root, 'src')) > statSync(stamp).mtimeMs;
 let main;
 if (fromSource) {
   const { register } = await import('tsx/esm/api');

@@ -29,12 +29,15 @@ export function loadCatalogYaml(text: string): CatalogYaml {
   }
   const cat = parsed.data;
   for (const [name, r] of Object.entries(cat.reasons)) {
-    if (!/^(?:[A-Z]|\{[a-z]+\})[A-Za-z0-9]*(\{[a-z]+\}[A-Za-z0-9]*)*$/.test(name)) throw new Error(`reason ${name}: name must be PascalCase`);
+    if (!/^(?:[A-Z]|\{[a-z]+\})[A-Za-z0-9]*(\{[a-z]+\}[A-Za-z0-9]*)*$/.test(name))
+      throw new Error(`reason ${name}: name must be PascalCase`);
     if (!(r.condition in cat.conditions)) throw new Error(`reason ${name}: unknown condition ${r.condition}`);
-    const params = [...name.matchAll(/\{([a-z]+)\}/g)].map((m) => m[1]!);
+    const params = [...name.matchAll(/\{([a-z]+)\}/g)].map((m) => m[1]);
     const declared = Object.keys(r.template ?? {});
     if (params.join() !== declared.join()) {
-      throw new Error(`reason ${name}: template parameters ${params.join(',') || '(none)'} do not match template: ${declared.join(',') || '(none)'}`);
+      throw new Error(
+        `reason ${name}: template parameters ${params.join(',') || '(none)'} do not match template: ${declared.join(',') || '(none)'}`,
+      );
     }
     if (typeof r.recovery === 'object' && 'ttl' in r.recovery && parseDuration(r.recovery.ttl) === undefined) {
       throw new Error(`reason ${name}: recovery.ttl ${r.recovery.ttl} is not a duration`);
@@ -47,7 +50,7 @@ export function loadCatalogYaml(text: string): CatalogYaml {
 export function apiSurface(cat: CatalogYaml): Record<string, { severity: string; condition: string }> {
   const out: Record<string, { severity: string; condition: string }> = {};
   for (const name of Object.keys(cat.reasons).sort()) {
-    const r = cat.reasons[name]!;
+    const r = cat.reasons[name];
     out[name] = { severity: r.severity, condition: r.condition };
   }
   return out;
@@ -80,7 +83,7 @@ function typeName(name: string): string {
 export function renderTs(cat: CatalogYaml): string {
   const names = Object.keys(cat.reasons);
   const rows = names.map((name) => {
-    const r = cat.reasons[name]!;
+    const r = cat.reasons[name];
     return `  {
     name: ${JSON.stringify(name)},
     condition: ${JSON.stringify(r.condition)},
@@ -147,7 +150,9 @@ export function renderMd(cat: CatalogYaml): string {
     out.push('| Reason | Severity | Recovery | Action | Sources | EKS | Description |', '|---|---|---|---|---|---|---|');
     for (const [name, r] of Object.entries(cat.reasons)) {
       if (r.condition !== type) continue;
-      out.push(`| \`${name}\` | ${r.severity} | ${recoveryMd(r.recovery)} | ${r.action} | ${r.sources.join(', ')} | ${r.eks ? 'yes' : ''} | ${r.description} |`);
+      out.push(
+        `| \`${name}\` | ${r.severity} | ${recoveryMd(r.recovery)} | ${r.action} | ${r.sources.join(', ')} | ${r.eks ? 'yes' : ''} | ${r.description} |`,
+      );
     }
     out.push('');
   }
@@ -171,18 +176,27 @@ function main(argv: string[]): number {
   }
   const breaks = apiBreaks(snapshot, surface);
   if (breaks.length && !update) {
-    console.error(`The reason catalog breaks its public API:\n  ${breaks.join('\n  ')}\n` +
-      'If this is intended, run `npm run gen -- --update-snapshot` and add a CHANGELOG.md entry marked "breaking".');
+    console.error(
+      `The reason catalog breaks its public API:\n  ${breaks.join('\n  ')}\n` +
+        'If this is intended, run `npm run gen -- --update-snapshot` and add a CHANGELOG.md entry marked "breaking".',
+    );
     return 1;
   }
-  const outputs: [string, string][] = [[paths.ts, renderTs(cat)], [paths.md, renderMd(cat)]];
+  const outputs: [string, string][] = [
+    [paths.ts, renderTs(cat)],
+    [paths.md, renderMd(cat)],
+  ];
   if (update || Object.keys(snapshot).length === 0 || snapText !== JSON.stringify(snapshot, null, 2) + '\n') {
     // Additions are not breaking, so the snapshot follows them; breaks need --update-snapshot.
     outputs.push([paths.snapshot, snapText]);
   }
   if (check) {
     const stale = outputs.filter(([p, text]) => {
-      try { return readFileSync(p, 'utf8') !== text; } catch { return true; }
+      try {
+        return readFileSync(p, 'utf8') !== text;
+      } catch {
+        return true;
+      }
     });
     if (stale.length) {
       console.error(`Generated files are stale: ${stale.map(([p]) => path.relative(root, p)).join(', ')}. Run npm run gen.`);

@@ -36,7 +36,12 @@ export interface AgentDeps {
   registry?: Registry;
   bootId?: string;
   /** Builds the monitors from the restored state (the kmsg cursor). */
-  monitors: (ctx: { restored: PersistedState | undefined; registry: Registry; markDirty: () => void; manage: (type: ConditionType) => void }) => MonitorEntry[];
+  monitors: (ctx: {
+    restored: PersistedState | undefined;
+    registry: Registry;
+    markDirty: () => void;
+    manage: (type: ConditionType) => void;
+  }) => MonitorEntry[];
   /** Extra sinks (Kubernetes), built once the engine exists. */
   sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
 }
@@ -77,7 +82,8 @@ export class Agent {
       (managed.has(type) ? conditions : lateConditions).set(type, named);
     }
     for (const e of this.entries) {
-      for (const c of e.extraConditions ?? []) conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage });
+      for (const c of e.extraConditions ?? [])
+        conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage });
     }
     this.engine = new Engine({
       bootId,
@@ -89,7 +95,8 @@ export class Agent {
       escalations: config.engine.escalations.map((e) => ({ match: e.match, count: e.count, windowMs: e.window, raise: e.raise })),
       ...(state?.engine ? { restored: state.engine } : {}),
     });
-    this.sinkEntries = deps.sinks?.({ engine: this.engine, registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
+    this.sinkEntries =
+      deps.sinks?.({ engine: this.engine, registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
     this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];
     this.engine.on((event: EngineEvent, health: NodeHealth) => {
       for (const s of this.sinks) {
@@ -111,7 +118,12 @@ export class Agent {
         return out;
       },
     });
-    const up = new Gauge({ name: 'vigil_source_up', help: '1 while a monitor runs, 0 when it failed to start or stopped.', labelNames: ['monitor'], registers: [this.registry] });
+    const up = new Gauge({
+      name: 'vigil_source_up',
+      help: '1 while a monitor runs, 0 when it failed to start or stopped.',
+      labelNames: ['monitor'],
+      registers: [this.registry],
+    });
     this.sourceUp = (name, ok) => up.set({ monitor: name }, ok ? 1 : 0);
   }
 
@@ -158,9 +170,20 @@ export class Agent {
       if (this.engine.stateVersion !== this.savedVersion) this.store.schedule();
     }, config.engine.tick);
     this.tickTimer.unref();
-    log.info({ event: 'started', listen: `${addr.address}:${addr.port}`, stateFile: this.store.file, monitors: this.entries.map((e) => e.monitor.name) }, 'vigil started');
+    log.info(
+      {
+        event: 'started',
+        listen: `${addr.address}:${addr.port}`,
+        stateFile: this.store.file,
+        monitors: this.entries.map((e) => e.monitor.name),
+      },
+      'vigil started',
+    );
     for (const c of this.engine.health().conditions) {
-      log.info({ event: 'condition', type: c.name, status: c.status, reason: c.reason, lastTransitionTime: c.lastTransitionTime }, `${c.name} is ${c.status}: ${c.message}`);
+      log.info(
+        { event: 'condition', type: c.name, status: c.status, reason: c.reason, lastTransitionTime: c.lastTransitionTime },
+        `${c.name} is ${c.status}: ${c.message}`,
+      );
     }
     return { port: addr.port, address: addr.address };
   }

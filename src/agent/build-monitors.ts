@@ -112,7 +112,12 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
     onError: (err) => ctx.log.warn({ err, monitor: 'kernel-log' }, `kernel log: ${err.message}`),
   });
   const attributed = gpu
-    ? { name: monitor.name, start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)), stop: () => monitor.stop(), status: () => monitor.status() }
+    ? {
+        name: monitor.name,
+        start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)),
+        stop: () => monitor.stop(),
+        status: () => monitor.status(),
+      }
     : monitor;
   return {
     monitor: withIgnoredXids(attributed, config.xid.ignore, ctx.registry),
@@ -122,7 +127,9 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
       ...monitor.npdConditions.map((c) => ({ type: c.type, healthyReason: c.reason, healthyMessage: c.message })),
       // A user rule may name its own condition type; Vigil manages it like the built-ins.
       ...[...new Set(rules.userRules.map((r) => r.condition).filter((c): c is string => !!c && !(c in CONDITIONS)))].map((type) => ({
-        type, healthyReason: `${type}IsHealthy`, healthyMessage: `no ${type} problem is active`,
+        type,
+        healthyReason: `${type}IsHealthy`,
+        healthyMessage: `no ${type} problem is active`,
       })),
     ],
     persist: (state) => {

@@ -8,11 +8,7 @@ export type Severity = 'Fatal' | 'Warning' | 'Info';
 
 /** Default condition types (Karpenter's AWS repair policies and EKS node auto repair act on these). */
 export type BuiltinConditionType =
-  | 'KernelReady'
-  | 'NetworkingReady'
-  | 'StorageReady'
-  | 'ContainerRuntimeReady'
-  | 'AcceleratedHardwareReady';
+  'KernelReady' | 'NetworkingReady' | 'StorageReady' | 'ContainerRuntimeReady' | 'AcceleratedHardwareReady';
 
 /**
  * A condition type. The five built-ins are managed by default; NPD-style configurations may
@@ -32,10 +28,7 @@ export const CONDITION_TYPES: readonly BuiltinConditionType[] = [
 export type RecommendedAction = 'none' | 'restartApp' | 'resetGPU' | 'reboot' | 'replace';
 
 /** How an active reason clears. */
-export type Recovery =
-  | { kind: 'untilReboot' }
-  | { kind: 'whenHealthy'; healthyChecks: number }
-  | { kind: 'ttl'; ttlMs: number };
+export type Recovery = { kind: 'untilReboot' } | { kind: 'whenHealthy'; healthyChecks: number } | { kind: 'ttl'; ttlMs: number };
 
 /** Where a finding came from. Used for metrics labels, so the set is bounded. */
 export type SourceName = 'kmsg' | 'nvml' | 'sysfs' | 'procfs' | 'journald' | 'exec' | 'file' | 'engine';

@@ -24,10 +24,7 @@ export const reasonYaml = z.strictObject({
 });
 
 export const catalogYaml = z.strictObject({
-  conditions: z.record(
-    z.string(),
-    z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() }),
-  ),
+  conditions: z.record(z.string(), z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() })),
   reasons: z.record(z.string(), reasonYaml),
 });
 

@@ -15,9 +15,9 @@ export function runCatalogCommand(opts: { json?: boolean }): number {
     return 0;
   }
   const rows = REASONS.map((r) => [r.name, r.condition, r.severity, recoveryText(r.recovery), r.action]);
-  const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((row) => row[i]!.length), 8));
+  const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((row) => row[i].length), 8));
   for (const row of [['REASON', 'CONDITION', 'SEVERITY', 'RECOVERY', 'ACTION'], ...rows]) {
-    process.stdout.write(row.map((cell, i) => (i < 4 ? cell.padEnd(widths[i]!) : cell)).join('  ') + '\n');
+    process.stdout.write(row.map((cell, i) => (i < 4 ? cell.padEnd(widths[i]) : cell)).join('  ') + '\n');
   }
   return 0;
 }

@@ -21,7 +21,7 @@ export function buildProgram(): Command {
     .option('--listen <host:port>', 'address for /metrics, /healthz and /conditions (default from config: 127.0.0.1:9464)')
     .option('--state-dir <dir>', 'where state survives restarts (default from config: /var/lib/vigil)')
     .option('--config <file>', 'YAML configuration file (see docs/configuration.md)')
-    .option('--node-name <name>', 'this node\'s name (default: $NODE_NAME, then the host name)')
+    .option('--node-name <name>', "this node's name (default: $NODE_NAME, then the host name)")
     .option('--kubeconfig <file>', 'kubeconfig to use instead of in-cluster configuration')
     .action(async (opts) => {
       const { runAgentCommand } = await import('./run-command.ts');
@@ -60,7 +60,7 @@ export function buildProgram(): Command {
 
   program
     .command('gpu')
-    .description('print the NVIDIA GPU inventory and every NVML check\'s current result')
+    .description("print the NVIDIA GPU inventory and every NVML check's current result")
     .option('--json', 'machine-readable output')
     .option('--library <path>', 'NVML library to load (default libnvidia-ml.so.1)')
     .option('--sys-root <dir>', 'sysfs root (default /sys)')

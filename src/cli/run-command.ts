@@ -28,7 +28,8 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   if (opts.kubeconfig) config.kubernetes.kubeconfig = opts.kubeconfig;
   const log = pino({ level: config.logLevel, base: { app: 'vigil' }, timestamp: pino.stdTimeFunctions.isoTime });
   const kubeconfig = config.kubernetes.kubeconfig;
-  const useKube = !opts.standalone && config.kubernetes.mode !== 'off' && (config.kubernetes.mode === 'on' || kubeConfigAvailable(kubeconfig));
+  const useKube =
+    !opts.standalone && config.kubernetes.mode !== 'off' && (config.kubernetes.mode === 'on' || kubeConfigAvailable(kubeconfig));
   const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
 
   let kube: KubernetesSink | undefined;
@@ -72,7 +73,10 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     await agent.stop();
     return 2;
   }
-  log.info({ event: 'mode', standalone: !useKube, node: nodeName }, useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions');
+  log.info(
+    { event: 'mode', standalone: !useKube, node: nodeName },
+    useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions',
+  );
   if (kube) void kube.start(agent.engine);
 
   await new Promise<void>((resolve) => {

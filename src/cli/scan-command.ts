@@ -66,7 +66,11 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
       entity: f.entity,
     };
     findings++;
-    process.stdout.write(opts.json ? `${JSON.stringify(out)}\n` : `${line}: ${out.severity} ${out.reason}${out.entity ? ` [${out.entity}]` : ''} ${out.message}\n`);
+    process.stdout.write(
+      opts.json
+        ? `${JSON.stringify(out)}\n`
+        : `${line}: ${out.severity} ${out.reason}${out.entity ? ` [${out.entity}]` : ''} ${out.message}\n`,
+    );
   };
   const handle = (text: string, n: number) => {
     const parsed = parseLine(text, format!);

@@ -30,7 +30,7 @@ export function parseConfig(text: string, source = 'config'): VigilConfig {
   if (!result.success) {
     const lines = result.error.issues.map((i) => {
       const field = i.path.length ? i.path.join('.') : '(top level)';
-      const keys = 'keys' in i && Array.isArray(i.keys) ? ` (${(i.keys as string[]).join(', ')})` : '';
+      const keys = 'keys' in i && Array.isArray(i.keys) ? ` (${(i.keys).join(', ')})` : '';
       return `  ${field}: ${i.message}${keys}`;
     });
     throw new ConfigError(`${source}: invalid configuration:\n${lines.join('\n')}`);

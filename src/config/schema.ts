@@ -8,12 +8,16 @@ import { duration } from './duration.ts';
 import { CONDITION_TYPES } from '../api/types.ts';
 import { DEFAULT_FATAL_XIDS } from '../monitors/xid/policy.ts';
 
-
 const conditionNames = z.strictObject(
-  Object.fromEntries(CONDITION_TYPES.map((t) => [t, z.string().regex(/^[A-Za-z][A-Za-z0-9]*$/).default(t)])) as Record<
-    (typeof CONDITION_TYPES)[number],
-    z.ZodDefault<z.ZodString>
-  >,
+  Object.fromEntries(
+    CONDITION_TYPES.map((t) => [
+      t,
+      z
+        .string()
+        .regex(/^[A-Za-z][A-Za-z0-9]*$/)
+        .default(t),
+    ]),
+  ) as Record<(typeof CONDITION_TYPES)[number], z.ZodDefault<z.ZodString>>,
 );
 
 const escalation = z.strictObject({
@@ -49,9 +53,9 @@ export const engineConfig = z.strictObject({
   /** A repeat of an active problem is logged/re-emitted at most once per window; repeats are counted. */
   repeatWindow: duration('1m'),
   flap: z.strictObject({ maxActivations: z.number().int().min(1).default(4), window: duration('30m') }).prefault({}),
-  escalations: z.array(escalation).prefault([
-    { match: 'NvidiaXID(13|31|43)Warning', count: 5, window: '10m', raise: 'NvidiaXID$1Repeated' },
-  ]),
+  escalations: z
+    .array(escalation)
+    .prefault([{ match: 'NvidiaXID(13|31|43)Warning', count: 5, window: '10m', raise: 'NvidiaXID$1Repeated' }]),
   /** How often ttl recovery is evaluated. */
   tick: duration('30s'),
 });
@@ -73,7 +77,10 @@ export const kubernetesConfig = z.strictObject({
 export const coreConfig = z.strictObject({
   nodeName: z.string().optional(),
   stateDir: z.string().default('/var/lib/vigil'),
-  listen: z.string().regex(/^[^:]*:\d+$/, 'HOST:PORT').default('127.0.0.1:9464'),
+  listen: z
+    .string()
+    .regex(/^[^:]*:\d+$/, 'HOST:PORT')
+    .default('127.0.0.1:9464'),
   logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error']).default('info'),
   conditions: z.strictObject({ names: conditionNames.prefault({}) }).prefault({}),
   xid: xidConfig.prefault({}),

@@ -136,8 +136,19 @@ export class Engine {
       }
     } else {
       const p: ProblemState = {
-        key, reason: f.reason, severity, condition, entity: f.entity, message: f.message,
-        firstSeen: f.at, lastSeen: f.at, count: 1, recovery, action, healthyStreak: 0, lastEmitted: f.at,
+        key,
+        reason: f.reason,
+        severity,
+        condition,
+        entity: f.entity,
+        message: f.message,
+        firstSeen: f.at,
+        lastSeen: f.at,
+        count: 1,
+        recovery,
+        action,
+        healthyStreak: 0,
+        lastEmitted: f.at,
         ...(f.attrs ? { attrs: { ...f.attrs } } : {}),
       };
       this.problems.set(key, p);
@@ -211,7 +222,12 @@ export class Engine {
       version: 1,
       bootId: this.opts.bootId,
       conditions,
-      problems: [...this.problems.values()].map((p) => ({ ...publicProblem(p), recovery: p.recovery, action: p.action, healthyStreak: p.healthyStreak })),
+      problems: [...this.problems.values()].map((p) => ({
+        ...publicProblem(p),
+        recovery: p.recovery,
+        action: p.action,
+        healthyStreak: p.healthyStreak,
+      })),
     };
   }
 
@@ -280,13 +296,25 @@ export class Engine {
       .sort((a, b) => a.firstSeen - b.firstSeen);
     const clock = this.conditionClock.get(type)!;
     if (active.length === 0) {
-      return { type, name: info.name, status: 'True', reason: info.healthyReason, message: info.healthyMessage, lastTransitionTime: clock.since, active: [] };
+      return {
+        type,
+        name: info.name,
+        status: 'True',
+        reason: info.healthyReason,
+        message: info.healthyMessage,
+        lastTransitionTime: clock.since,
+        active: [],
+      };
     }
     const message = active.map((p) => `${p.reason}${p.entity ? ` on ${p.entity}` : ''}: ${p.message}`).join('; ');
     return {
-      type, name: info.name, status: 'False', reason: active[0]!.reason,
+      type,
+      name: info.name,
+      status: 'False',
+      reason: active[0].reason,
       message: message.length > 1024 ? `${message.slice(0, 1021)}...` : message,
-      lastTransitionTime: clock.since, active: active.map(publicProblem),
+      lastTransitionTime: clock.since,
+      active: active.map(publicProblem),
     };
   }
 
@@ -312,7 +340,12 @@ export class Engine {
 
   private emitDrop(f: Finding, why: string): void {
     const warning: EmittedFinding = {
-      ...f, reason: f.reason, severity: 'Info', condition: 'KernelReady', action: 'none', count: 0,
+      ...f,
+      reason: f.reason,
+      severity: 'Info',
+      condition: 'KernelReady',
+      action: 'none',
+      count: 0,
       message: `dropped finding (${why}): ${f.message}`,
     };
     this.emit({ kind: 'finding', finding: warning });
@@ -346,12 +379,41 @@ function publicProblem(p: ActiveProblem): ActiveProblem {
 function engineMetrics(registry: Registry | undefined) {
   const registers = registry ? [registry] : [];
   return {
-    findings: new Counter({ name: 'vigil_findings_total', help: 'Findings accepted by the engine, by reason and severity.', labelNames: ['reason', 'severity', 'condition'], registers }),
-    suppressed: new Counter({ name: 'vigil_findings_suppressed_total', help: 'Findings counted but not re-emitted (duplicate, below_threshold, flapping).', labelNames: ['why'], registers }),
-    dropped: new Counter({ name: 'vigil_findings_dropped_total', help: 'Findings dropped (unknown_reason, queue_full).', labelNames: ['why'], registers }),
-    recovered: new Counter({ name: 'vigil_problems_recovered_total', help: 'Active problems cleared, by why (healthy, ttl, reboot).', labelNames: ['why'], registers }),
-    conditionStatus: new Gauge({ name: 'vigil_condition_status', help: '1 while the condition is True (healthy), 0 while False.', labelNames: ['condition'], registers }),
-    active: new Gauge({ name: 'vigil_active_problems', help: 'Active problems by condition and severity.', labelNames: ['condition', 'severity'], registers }),
+    findings: new Counter({
+      name: 'vigil_findings_total',
+      help: 'Findings accepted by the engine, by reason and severity.',
+      labelNames: ['reason', 'severity', 'condition'],
+      registers,
+    }),
+    suppressed: new Counter({
+      name: 'vigil_findings_suppressed_total',
+      help: 'Findings counted but not re-emitted (duplicate, below_threshold, flapping).',
+      labelNames: ['why'],
+      registers,
+    }),
+    dropped: new Counter({
+      name: 'vigil_findings_dropped_total',
+      help: 'Findings dropped (unknown_reason, queue_full).',
+      labelNames: ['why'],
+      registers,
+    }),
+    recovered: new Counter({
+      name: 'vigil_problems_recovered_total',
+      help: 'Active problems cleared, by why (healthy, ttl, reboot).',
+      labelNames: ['why'],
+      registers,
+    }),
+    conditionStatus: new Gauge({
+      name: 'vigil_condition_status',
+      help: '1 while the condition is True (healthy), 0 while False.',
+      labelNames: ['condition'],
+      registers,
+    }),
+    active: new Gauge({
+      name: 'vigil_active_problems',
+      help: 'Active problems by condition and severity.',
+      labelNames: ['condition', 'severity'],
+      registers,
+    }),
   };
 }
-

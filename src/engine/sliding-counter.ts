@@ -2,7 +2,10 @@
 export class SlidingCounter {
   private readonly times: number[] = [];
 
-  constructor(private readonly windowMs: number, private readonly cap: number) {}
+  constructor(
+    private readonly windowMs: number,
+    private readonly cap: number,
+  ) {}
 
   add(at: number): void {
     this.times.push(at);
@@ -10,7 +13,7 @@ export class SlidingCounter {
   }
 
   count(now: number): number {
-    while (this.times.length && now - this.times[0]! > this.windowMs) this.times.shift();
+    while (this.times.length && now - this.times[0] > this.windowMs) this.times.shift();
     return this.times.length;
   }
 

@@ -90,17 +90,45 @@ function metricsOn(registry: Registry): Metrics {
   const reuse = <T>(name: string, make: () => T): T => (registry.getSingleMetric(name) as T | undefined) ?? make();
   const registers = [registry];
   return {
-    duration: reuse('vigil_check_duration_seconds', () =>
-      new Gauge({ name: 'vigil_check_duration_seconds', help: 'Wall time of the last run of a polled check', labelNames: ['check'], registers }),
+    duration: reuse(
+      'vigil_check_duration_seconds',
+      () =>
+        new Gauge({
+          name: 'vigil_check_duration_seconds',
+          help: 'Wall time of the last run of a polled check',
+          labelNames: ['check'],
+          registers,
+        }),
     ),
-    cpu: reuse('vigil_check_cpu_seconds', () =>
-      new Gauge({ name: 'vigil_check_cpu_seconds', help: 'Process CPU time of the last run of a polled check', labelNames: ['check'], registers }),
+    cpu: reuse(
+      'vigil_check_cpu_seconds',
+      () =>
+        new Gauge({
+          name: 'vigil_check_cpu_seconds',
+          help: 'Process CPU time of the last run of a polled check',
+          labelNames: ['check'],
+          registers,
+        }),
     ),
-    last: reuse('vigil_check_last_result', () =>
-      new Gauge({ name: 'vigil_check_last_result', help: '1 for the result of the last run of a polled check, 0 for the others', labelNames: ['check', 'result'], registers }),
+    last: reuse(
+      'vigil_check_last_result',
+      () =>
+        new Gauge({
+          name: 'vigil_check_last_result',
+          help: '1 for the result of the last run of a polled check, 0 for the others',
+          labelNames: ['check', 'result'],
+          registers,
+        }),
     ),
-    runs: reuse('vigil_check_runs_total', () =>
-      new Counter({ name: 'vigil_check_runs_total', help: 'Runs of polled checks by result', labelNames: ['check', 'result'], registers }),
+    runs: reuse(
+      'vigil_check_runs_total',
+      () =>
+        new Counter({
+          name: 'vigil_check_runs_total',
+          help: 'Runs of polled checks by result',
+          labelNames: ['check', 'result'],
+          registers,
+        }),
     ),
   };
 }
@@ -219,7 +247,8 @@ export class WorkQueue {
           if (!this.started) return;
           const e = this.nextDue();
           if (!e) return;
-          if (e.abandoned) this.notifyTimeout(e.check); // still stuck: say so, do not start another
+          if (e.abandoned)
+            this.notifyTimeout(e.check); // still stuck: say so, do not start another
           else await this.execute(e);
           if (this.entries.get(e.check.name) === e) this.reschedule(e);
         }

@@ -20,7 +20,11 @@ export class StateStore {
   private timer: NodeJS.Timeout | undefined;
   private lastError: Error | undefined;
 
-  constructor(dir: string, private readonly collect: () => PersistedState, private readonly delayMs = 100) {
+  constructor(
+    dir: string,
+    private readonly collect: () => PersistedState,
+    private readonly delayMs = 100,
+  ) {
     mkdirSync(dir, { recursive: true });
     this.file = path.join(dir, 'state.json');
   }
@@ -40,7 +44,11 @@ export class StateStore {
       return { state: parsed };
     } catch (err) {
       const aside = `${this.file}.corrupt-${Date.now()}`;
-      try { renameSync(this.file, aside); } catch { /* keep going without it */ }
+      try {
+        renameSync(this.file, aside);
+      } catch {
+        /* keep going without it */
+      }
       return { state: undefined, warning: `state file ${this.file} is unreadable (${(err as Error).message}); moved to ${aside}` };
     }
   }
@@ -64,7 +72,11 @@ export class StateStore {
     try {
       writeFileSync(tmp, JSON.stringify(this.collect()));
       const fd = openSync(tmp, 'r');
-      try { fsyncSync(fd); } finally { closeSync(fd); }
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
       renameSync(tmp, this.file);
       this.lastError = undefined;
     } catch (err) {

@@ -42,7 +42,7 @@ test('an NVML Xid 48 event on GPU 2 reaches /conditions with its UUID within a s
   t.after(() => agent.stop());
 
   // Other tests share the real kernel log, so judge this GPU's entry, not the whole condition.
-  const gpu2 = env.cfg.gpus[2]!;
+  const gpu2 = env.cfg.gpus[2];
   const entity = `gpu:${normalizePci(String(gpu2.pci))}`;
   const initial = (await agent.get('/conditions')) as NodeHealth;
   const accel0 = initial.conditions.find((c) => c.type === 'AcceleratedHardwareReady');

@@ -49,8 +49,16 @@ test('Xid 79 and a soft lockup on /dev/kmsg reach /conditions, and survive a res
       const marker = uniquePci();
       writeKmsg(`NVRM: Xid (PCI:${marker}): 13, pid=1, name=probe, Graphics Exception`);
       await second.waitFor((l) => l.entity === `gpu:${marker}`);
-      assert.equal(second.lines.filter((l) => l.event === 'finding' && l.entity === entity).length, 0, 'the old Xid 79 record was not reported again');
-      assert.equal(second.lines.filter((l) => l.event === 'finding' && String(l.msg).includes(task)).length, 0, 'the old soft lockup was not reported again');
+      assert.equal(
+        second.lines.filter((l) => l.event === 'finding' && l.entity === entity).length,
+        0,
+        'the old Xid 79 record was not reported again',
+      );
+      assert.equal(
+        second.lines.filter((l) => l.event === 'finding' && String(l.msg).includes(task)).length,
+        0,
+        'the old soft lockup was not reported again',
+      );
     } finally {
       await second.stop();
     }

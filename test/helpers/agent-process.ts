@@ -29,8 +29,8 @@ export async function startAgent(args: string[], env: NodeJS.ProcessEnv = {}): P
   const waiters: { pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
   let buf = '';
   let stderr = '';
-  child.stderr!.on('data', (d) => (stderr += d));
-  child.stdout!.on('data', (d: Buffer) => {
+  child.stderr.on('data', (d) => (stderr += d));
+  child.stdout.on('data', (d: Buffer) => {
     buf += d.toString();
     let i;
     while ((i = buf.indexOf('\n')) >= 0) {
@@ -56,9 +56,24 @@ export async function startAgent(args: string[], env: NodeJS.ProcessEnv = {}): P
     const hit = lines.find(pred);
     if (hit) return Promise.resolve(hit);
     return new Promise<Record<string, unknown>>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`timed out waiting for a log line; stderr: ${stderr.slice(-2000)}; last lines: ${JSON.stringify(lines.slice(-5))}`)), timeoutMs);
-      waiters.push({ pred, resolve: (l) => { clearTimeout(t); resolve(l); } });
-      void exited.then((code) => { clearTimeout(t); reject(new Error(`agent exited with ${code}: ${stderr.slice(-2000)}`)); });
+      const t = setTimeout(
+        () =>
+          reject(
+            new Error(`timed out waiting for a log line; stderr: ${stderr.slice(-2000)}; last lines: ${JSON.stringify(lines.slice(-5))}`),
+          ),
+        timeoutMs,
+      );
+      waiters.push({
+        pred,
+        resolve: (l) => {
+          clearTimeout(t);
+          resolve(l);
+        },
+      });
+      void exited.then((code) => {
+        clearTimeout(t);
+        reject(new Error(`agent exited with ${code}: ${stderr.slice(-2000)}`));
+      });
     });
   };
   const started = await waitFor((l) => l.event === 'started', 30_000);

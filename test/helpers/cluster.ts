@@ -142,7 +142,9 @@ export async function startCluster(): Promise<TestCluster> {
   };
 
   const apply = async (file: string): Promise<void> => {
-    const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJS()).filter(Boolean);
+    const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8'))
+      .map((d) => d.toJS())
+      .filter(Boolean);
     for (const obj of docs) {
       try {
         await admin.objects.create(obj);
@@ -189,8 +191,12 @@ export async function startCluster(): Promise<TestCluster> {
       await admin.core.createNode({ body: { metadata: { name, labels: { 'kubernetes.io/hostname': name } } } });
       const now = new Date();
       const ready: k8s.V1NodeCondition = {
-        type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status',
-        lastHeartbeatTime: now, lastTransitionTime: now,
+        type: 'Ready',
+        status: 'True',
+        reason: 'KubeletReady',
+        message: 'kubelet is posting ready status',
+        lastHeartbeatTime: now,
+        lastTransitionTime: now,
       };
       // Status on create is not guaranteed to stick, so write it the way kubelet does: via nodes/status.
       return admin.core.patchNodeStatus(
@@ -235,7 +241,12 @@ export async function startCluster(): Promise<TestCluster> {
 }
 
 /** Polls `fn` until it returns a truthy value or the deadline passes (then throws the last state). */
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false | null> | T | undefined | false | null, timeoutMs = 20_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false | null> | T | undefined | false | null,
+  timeoutMs = 20_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -247,7 +258,9 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
       last = err;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`,
+      );
     }
     await new Promise((r) => setTimeout(r, everyMs));
   }
@@ -264,7 +277,6 @@ export function conditionsOf(node: k8s.V1Node): Map<string, k8s.V1NodeCondition>
 }
 
 // ---- Vigil under test: a real Engine feeding a real KubernetesSink, as the agent wires them ----
-
 
 /** Collects pino's JSON lines so tests can assert on what was logged. */
 export function captureLog(level: pino.Level = 'debug'): { log: pino.Logger; lines: Record<string, unknown>[] } {
@@ -315,7 +327,13 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
     conditions.delete(type);
     lateConditions.set(type, { name: o.names?.[type] ?? type, ...CONDITIONS[type] });
   }
-  const engine = new Engine({ bootId: o.bootId ?? 'boot-test', conditions, lateConditions, registry, ...(o.restored ? { restored: o.restored } : {}) });
+  const engine = new Engine({
+    bootId: o.bootId ?? 'boot-test',
+    conditions,
+    lateConditions,
+    registry,
+    ...(o.restored ? { restored: o.restored } : {}),
+  });
   const sink = new KubernetesSink({
     clients: makeClients(o.kubeconfig),
     nodeName: o.nodeName,
@@ -333,7 +351,11 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
   engine.on((e, h) => sink.handle(e, h));
   const started = sink.start(engine);
   return {
-    engine, sink, registry, lines, started,
+    engine,
+    sink,
+    registry,
+    lines,
+    started,
     async metric(name, labels = {}) {
       const m = (await registry.getMetricsAsJSON()).find((x) => x.name === name);
       return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;

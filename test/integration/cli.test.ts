@@ -28,28 +28,40 @@ test('--help works and lists the commands', () => {
 });
 
 test('scan --json prints one object per finding with the line where it completed', () => {
-  const log = file('mixed.log', [
-    '[  100.000001] usb 1-1: new high-speed USB device number 2 using xhci_hcd',
-    '[  101.000002] NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=train, DBE (0x1,0x2)',
-    '[  102.000003] NVRM: The NVIDIA GPU 0000:5e:00.0',
-    '               NVRM: (PCI ID: 10de:2330) installed in this system has',
-    '               NVRM: fallen off the bus and is not responding to commands.',
-    '[  103.000004] EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode',
-    '[  104.000005] watchdog: BUG: soft lockup - CPU#6 stuck for 23s! [python3:4054]',
-  ].join('\n') + '\n');
+  const log = file(
+    'mixed.log',
+    [
+      '[  100.000001] usb 1-1: new high-speed USB device number 2 using xhci_hcd',
+      '[  101.000002] NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=train, DBE (0x1,0x2)',
+      '[  102.000003] NVRM: The NVIDIA GPU 0000:5e:00.0',
+      '               NVRM: (PCI ID: 10de:2330) installed in this system has',
+      '               NVRM: fallen off the bus and is not responding to commands.',
+      '[  103.000004] EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode',
+      '[  104.000005] watchdog: BUG: soft lockup - CPU#6 stuck for 23s! [python3:4054]',
+    ].join('\n') + '\n',
+  );
   const r = vigil(['scan', '--json', log]);
   assert.equal(r.code, 0, r.err);
-  const rows = r.out.trim().split('\n').map((l) => JSON.parse(l));
-  assert.deepEqual(rows.map((x) => [x.line, x.reason, x.severity, x.condition, x.entity]), [
-    [2, 'NvidiaXID48Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:3b:00'],
-    [5, 'NvidiaXID79Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:5e:00'],
-    [7, 'SoftLockup', 'Warning', 'KernelReady', ''],
-  ]);
+  const rows = r.out
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  assert.deepEqual(
+    rows.map((x) => [x.line, x.reason, x.severity, x.condition, x.entity]),
+    [
+      [2, 'NvidiaXID48Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:3b:00'],
+      [5, 'NvidiaXID79Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:5e:00'],
+      [7, 'SoftLockup', 'Warning', 'KernelReady', ''],
+    ],
+  );
   for (const x of rows) assert.deepEqual(Object.keys(x).sort(), ['condition', 'entity', 'line', 'message', 'reason', 'severity']);
 });
 
 test('scan reads syslog and raw kmsg records, and stdin', () => {
-  const syslog = file('syslog.log', 'Dec  2 11:49:53 worker4 kernel: [  885.242168] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n');
+  const syslog = file(
+    'syslog.log',
+    'Dec  2 11:49:53 worker4 kernel: [  885.242168] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n',
+  );
   const a = vigil(['scan', '--json', syslog]);
   assert.equal(JSON.parse(a.out).reason, 'NvidiaGPUInitFailed');
   const b = vigil(['scan', '--json', '--format', 'kmsg', '-'], '3,1234,5678,-;nf_conntrack: nf_conntrack: table full, dropping packet\n');
@@ -73,7 +85,10 @@ test('scan exits 2 with a clear message on a missing file, a binary file or a ba
 test('check-config accepts a good file and names the file, rule and field of a bad rule', () => {
   const good = file('good.yaml', 'xid:\n  fatal: [48, 79]\n');
   assert.equal(vigil(['check-config', good]).code, 0);
-  const rules = file('rules.yaml', 'rules:\n  - name: broken\n    pattern: "([a-z"\n    reason: MyReason\n    severity: Warning\n    condition: KernelReady\n');
+  const rules = file(
+    'rules.yaml',
+    'rules:\n  - name: broken\n    pattern: "([a-z"\n    reason: MyReason\n    severity: Warning\n    condition: KernelReady\n',
+  );
   const cfg = file('with-rules.yaml', `kernelLog:\n  userRules: [${rules}]\n`);
   const r = vigil(['check-config', cfg]);
   assert.equal(r.code, 2);

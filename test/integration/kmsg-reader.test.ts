@@ -53,7 +53,13 @@ function collector() {
       if (mine.length >= n) return Promise.resolve();
       return new Promise((resolve, reject) => {
         const t = setTimeout(() => reject(new Error(`only ${mine.length} of ${n} records after ${ms} ms`)), ms);
-        waiters.push({ n, resolve: () => { clearTimeout(t); resolve(); } });
+        waiters.push({
+          n,
+          resolve: () => {
+            clearTimeout(t);
+            resolve();
+          },
+        });
       });
     },
   };
@@ -74,12 +80,21 @@ test('records written to /dev/kmsg come back through the poll worker', { skip },
     writeKmsg(`${TAG} second record`, 4);
     writeKmsg(`${TAG} third record NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.`);
     await c.until(3);
-    assert.deepEqual(c.mine.map((x) => x.message.slice(TAG.length + 1)), [
-      'first record', 'second record', 'third record NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.',
-    ]);
-    assert.deepEqual(c.mine.map((x) => [x.level, x.facility]), [[3, 1], [4, 1], [3, 1]], 'user-space writes have facility 1');
-    assert.ok(c.mine[0]!.seq < c.mine[1]!.seq && c.mine[1]!.seq < c.mine[2]!.seq);
-    assert.ok(Math.abs(r.timeOf(c.mine[0]!) - Date.now()) < 5_000, 'record time is close to now');
+    assert.deepEqual(
+      c.mine.map((x) => x.message.slice(TAG.length + 1)),
+      ['first record', 'second record', 'third record NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.'],
+    );
+    assert.deepEqual(
+      c.mine.map((x) => [x.level, x.facility]),
+      [
+        [3, 1],
+        [4, 1],
+        [3, 1],
+      ],
+      'user-space writes have facility 1',
+    );
+    assert.ok(c.mine[0].seq < c.mine[1].seq && c.mine[1].seq < c.mine[2].seq);
+    assert.ok(Math.abs(r.timeOf(c.mine[0]) - Date.now()) < 5_000, 'record time is close to now');
 
     // Quiet log: the worker sleeps in poll(2); the main thread is woken only for new records.
     const wakeups = r.wakeups;
@@ -110,7 +125,10 @@ test('a restart from the saved cursor delivers only what came after it', { skip 
     writeKmsg(`${TAG} after restart`);
     await b.until(2);
     await new Promise((res) => setTimeout(res, 100));
-    assert.deepEqual(b.mine.map((x) => x.message.slice(TAG.length + 1)), ['while stopped', 'after restart']);
+    assert.deepEqual(
+      b.mine.map((x) => x.message.slice(TAG.length + 1)),
+      ['while stopped', 'after restart'],
+    );
     assert.equal(second.recordsLost, 0);
   } finally {
     await second.stop();
@@ -125,7 +143,11 @@ test('a running reader that is never stopped does not keep the process from exit
     'setTimeout(() => console.log(r.waitMode), 300);',
   ].join('\n');
   const t = Date.now();
-  const res = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8', timeout: 15_000 });
+  const res = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 15_000,
+  });
   const ms = Date.now() - t;
   assert.equal(res.status, 0, res.stderr);
   assert.equal(res.stdout.trim(), 'poll');

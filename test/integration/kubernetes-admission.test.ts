@@ -22,10 +22,27 @@ async function patchCondition(kubeconfig: string, node: string): Promise<number>
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(kubeconfig);
   try {
-    await kc.makeApiClient(k8s.CoreV1Api).patchNodeStatus(
-      { name: node, body: { status: { conditions: [{ type: 'KernelReady', status: 'True', reason: 'KernelIsReady', message: 'probe', lastTransitionTime: new Date().toISOString() }] } } },
-      smp,
-    );
+    await kc
+      .makeApiClient(k8s.CoreV1Api)
+      .patchNodeStatus(
+        {
+          name: node,
+          body: {
+            status: {
+              conditions: [
+                {
+                  type: 'KernelReady',
+                  status: 'True',
+                  reason: 'KernelIsReady',
+                  message: 'probe',
+                  lastTransitionTime: new Date().toISOString(),
+                },
+              ],
+            },
+          },
+        },
+        smp,
+      );
     return 200;
   } catch (err) {
     if (err instanceof k8s.ApiException) return err.code;
@@ -63,7 +80,10 @@ test('with the admission policy, Vigil may change its own Node and is refused on
   const a = startVigil({ kubeconfig: onA, nodeName: 'adm-a' });
   await a.started;
   a.engine.finding({ reason: 'NvidiaXID79Error', message: 'GPU has fallen off the bus', source: 'kmsg', entity: 'gpu:0', at: Date.now() });
-  await waitFor('A shows the fault', async () => conditionsOf(await cluster.readNode('adm-a')).get('AcceleratedHardwareReady')?.status === 'False');
+  await waitFor(
+    'A shows the fault',
+    async () => conditionsOf(await cluster.readNode('adm-a')).get('AcceleratedHardwareReady')?.status === 'False',
+  );
   await a.stop();
 
   // ...while a Vigil misconfigured to write B is refused, and says why in one line.
@@ -74,7 +94,7 @@ test('with the admission policy, Vigil may change its own Node and is refused on
   assert.equal(node.has('AcceleratedHardwareReady'), false);
   const denied = b.lines.filter((l) => l.status === 403);
   assert.equal(denied.length, 1);
-  assert.match(String(denied[0]!.msg), /admission policy, not RBAC/);
-  assert.match(String(denied[0]!.msg), /vigil may only change the status of the node it runs on \(adm-a\), not adm-b/);
+  assert.match(String(denied[0].msg), /admission policy, not RBAC/);
+  assert.match(String(denied[0].msg), /vigil may only change the status of the node it runs on \(adm-a\), not adm-b/);
   await b.stop();
 });

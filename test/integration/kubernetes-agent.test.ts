@@ -29,38 +29,58 @@ test('Xid 79 on /dev/kmsg becomes AcceleratedHardwareReady=False (NvidiaXID79Err
   const config = path.join(dir, 'vigil.yaml');
   // lookback 0: records already in the ring (other tests' faults) are not this test's business.
   // Host monitors and NVML are off so only the kernel log decides this node's state.
-  writeFileSync(config, [
-    'kernelLog:',
-    '  lookback: "0"',
-    'monitors:',
-    '  kernel: {enabled: false}',
-    '  networking: {enabled: false}',
-    '  storage: {enabled: false}',
-    '  runtime: {enabled: false}',
-    'gpu:',
-    '  enabled: false',
-    'kubernetes:',
-    '  mode: "on"',
-    '  heartbeat: 5m',
-    '  coalesce: 100ms',
-    '',
-  ].join('\n'));
+  writeFileSync(
+    config,
+    [
+      'kernelLog:',
+      '  lookback: "0"',
+      'monitors:',
+      '  kernel: {enabled: false}',
+      '  networking: {enabled: false}',
+      '  storage: {enabled: false}',
+      '  runtime: {enabled: false}',
+      'gpu:',
+      '  enabled: false',
+      'kubernetes:',
+      '  mode: "on"',
+      '  heartbeat: 5m',
+      '  coalesce: 100ms',
+      '',
+    ].join('\n'),
+  );
   const pci = uniquePci();
-  const agent = await startAgent(['--kubeconfig', cluster.vigilKubeconfig, '--node-name', node, '--state-dir', path.join(dir, 'state'), '--config', config]);
+  const agent = await startAgent([
+    '--kubeconfig',
+    cluster.vigilKubeconfig,
+    '--node-name',
+    node,
+    '--state-dir',
+    path.join(dir, 'state'),
+    '--config',
+    config,
+  ]);
   try {
     await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
     writeKmsg(`NVRM: Xid (PCI:${pci}): 79, pid=1234, name=python3, GPU has fallen off the bus.`);
 
-    const c = await waitFor('AcceleratedHardwareReady=False on the Node', async () => {
-      const x = conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady');
-      return x?.status === 'False' && x.message?.includes(`gpu:${pci}`) && x;
-    }, 30_000);
+    const c = await waitFor(
+      'AcceleratedHardwareReady=False on the Node',
+      async () => {
+        const x = conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady');
+        return x?.status === 'False' && x.message?.includes(`gpu:${pci}`) && x;
+      },
+      30_000,
+    );
     assert.equal(c.reason, 'NvidiaXID79Error');
     assert.match(c.message!, /GPU has fallen off the bus/);
     const n = conditionsOf(await cluster.readNode(node));
     assert.deepEqual(n.get('Ready'), ready0, 'kubelet Ready untouched');
     assert.equal(n.get('KernelReady')?.status, 'True', 'the kernel-log monitor manages KernelReady');
-    await waitFor('the transition Event', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error' && e.note?.includes(`gpu:${pci}`)), 20_000);
+    await waitFor(
+      'the transition Event',
+      async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error' && e.note?.includes(`gpu:${pci}`)),
+      20_000,
+    );
     assert.equal(agent.lines.filter((l) => l.event === 'kubernetes' && typeof l.status === 'number').length, 0, 'no API errors logged');
   } finally {
     assert.equal(await agent.stop(), 0);
@@ -73,29 +93,45 @@ test('a condition type dropped from the configuration is removed from the Node a
   const stateDir = path.join(dir, 'state-stale');
   const config = (storage: boolean) => {
     const file = path.join(dir, `stale-${storage}.yaml`);
-    writeFileSync(file, [
-      'kernelLog:',
-      '  lookback: "0"',
-      'monitors:',
-      '  scheduler: {startupJitter: 1h}',
-      '  kernel: {enabled: false}',
-      '  networking: {enabled: false}',
-      `  storage: {enabled: ${storage}}`,
-      '  runtime: {enabled: false}',
-      'gpu:',
-      '  enabled: false',
-      'kubernetes:',
-      '  mode: "on"',
-      '  coalesce: 100ms',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      file,
+      [
+        'kernelLog:',
+        '  lookback: "0"',
+        'monitors:',
+        '  scheduler: {startupJitter: 1h}',
+        '  kernel: {enabled: false}',
+        '  networking: {enabled: false}',
+        `  storage: {enabled: ${storage}}`,
+        '  runtime: {enabled: false}',
+        'gpu:',
+        '  enabled: false',
+        'kubernetes:',
+        '  mode: "on"',
+        '  coalesce: 100ms',
+        '',
+      ].join('\n'),
+    );
     return file;
   };
-  const args = (storage: boolean) => ['--kubeconfig', cluster.vigilKubeconfig, '--node-name', node, '--state-dir', stateDir, '--config', config(storage)];
+  const args = (storage: boolean) => [
+    '--kubeconfig',
+    cluster.vigilKubeconfig,
+    '--node-name',
+    node,
+    '--state-dir',
+    stateDir,
+    '--config',
+    config(storage),
+  ];
 
   const first = await startAgent(args(true));
   try {
-    await waitFor('StorageReady written', async () => conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status === 'True', 30_000);
+    await waitFor(
+      'StorageReady written',
+      async () => conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status === 'True',
+      30_000,
+    );
   } finally {
     assert.equal(await first.stop(), 0);
   }

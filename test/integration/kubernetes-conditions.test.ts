@@ -19,13 +19,34 @@ after(async () => {
   await cluster?.stop();
 });
 
-const finding = (reason: string, entity = '', message = `${reason} seen`): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+const finding = (reason: string, entity = '', message = `${reason} seen`): Finding => ({
+  reason,
+  message,
+  source: 'kmsg',
+  entity,
+  at: Date.now(),
+});
 
 /** Another agent's condition, written by the admin as that agent would. */
-const FOO = { type: 'FooReady', status: 'True', reason: 'FooIsReady', message: 'written by another agent', lastHeartbeatTime: new Date('2024-05-01T10:00:00Z'), lastTransitionTime: new Date('2024-05-01T10:00:00Z') };
+const FOO = {
+  type: 'FooReady',
+  status: 'True',
+  reason: 'FooIsReady',
+  message: 'written by another agent',
+  lastHeartbeatTime: new Date('2024-05-01T10:00:00Z'),
+  lastTransitionTime: new Date('2024-05-01T10:00:00Z'),
+};
 
 function pick(c: { status: string; reason?: string; message?: string; lastTransitionTime?: Date; lastHeartbeatTime?: Date } | undefined) {
-  return c && { status: c.status, reason: c.reason, message: c.message, lastTransitionTime: iso(c.lastTransitionTime), lastHeartbeatTime: iso(c.lastHeartbeatTime) };
+  return (
+    c && {
+      status: c.status,
+      reason: c.reason,
+      message: c.message,
+      lastTransitionTime: iso(c.lastTransitionTime),
+      lastHeartbeatTime: iso(c.lastHeartbeatTime),
+    }
+  );
 }
 
 test('other writers survive every Vigil write; lastTransitionTime holds across heartbeats and a restart', async () => {
@@ -51,7 +72,8 @@ test('other writers survive every Vigil write; lastTransitionTime holds across h
     return c.get('AcceleratedHardwareReady')?.status === 'False' && c;
   });
   assert.equal(n.get('AcceleratedHardwareReady')!.reason, 'NvidiaXID79Error');
-  for (const t of VIGIL_TYPES.filter((x) => x !== 'AcceleratedHardwareReady')) assert.equal(iso(n.get(t)!.lastTransitionTime), lttBefore.get(t), `${t} transition time`);
+  for (const t of VIGIL_TYPES.filter((x) => x !== 'AcceleratedHardwareReady'))
+    assert.equal(iso(n.get(t)!.lastTransitionTime), lttBefore.get(t), `${t} transition time`);
 
   // A second fault on the same condition changes its message, not its transition time.
   const falseSince = iso(n.get('AcceleratedHardwareReady')!.lastTransitionTime);
@@ -66,7 +88,23 @@ test('other writers survive every Vigil write; lastTransitionTime holds across h
   // Kubelet and the other agent write between Vigil's heartbeats; Vigil must not undo them.
   const kubeletBeat = new Date(Math.floor(Date.now() / 1000) * 1000 + 5000);
   await cluster.admin.core.patchNodeStatus(
-    { name: node, body: { status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status', lastHeartbeatTime: kubeletBeat }, { ...FOO, message: 'changed by the other agent' }] } } },
+    {
+      name: node,
+      body: {
+        status: {
+          conditions: [
+            {
+              type: 'Ready',
+              status: 'True',
+              reason: 'KubeletReady',
+              message: 'kubelet is posting ready status',
+              lastHeartbeatTime: kubeletBeat,
+            },
+            { ...FOO, message: 'changed by the other agent' },
+          ],
+        },
+      },
+    },
     k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
   );
   const mid = conditionsOf(await cluster.readNode(node));
@@ -82,7 +120,7 @@ test('other writers survive every Vigil write; lastTransitionTime holds across h
   for (const t of VIGIL_TYPES) assert.equal(iso(n.get(t)!.lastTransitionTime), ltts.get(t), `${t} transition time across heartbeats`);
   assert.equal(iso(n.get('Ready')!.lastHeartbeatTime), kubeletBeat.toISOString(), 'kubelet heartbeat kept');
   assert.equal(n.get('FooReady')!.message, 'changed by the other agent');
-  assert.ok(await a.metric('vigil_k8s_condition_writes_total', { result: 'ok' }) >= 3);
+  assert.ok((await a.metric('vigil_k8s_condition_writes_total', { result: 'ok' })) >= 3);
 
   // Restart: a new Engine restored from the snapshot and a new sink.
   const snapshot = a.engine.snapshot();
@@ -106,9 +144,23 @@ test('restart adoption: an existing KernelReady=True keeps its old lastTransitio
   const node = 'cond-adopt';
   const old = new Date('2021-03-04T05:06:07Z');
   await cluster.createNode(node, [
-    { type: 'KernelReady', status: 'True', reason: 'KernelIsReady', message: 'left by an earlier Vigil', lastHeartbeatTime: old, lastTransitionTime: old },
+    {
+      type: 'KernelReady',
+      status: 'True',
+      reason: 'KernelIsReady',
+      message: 'left by an earlier Vigil',
+      lastHeartbeatTime: old,
+      lastTransitionTime: old,
+    },
     // A status that disagrees with the engine is not adopted: the clock restarts.
-    { type: 'AcceleratedHardwareReady', status: 'False', reason: 'NvidiaXID79Error', message: 'old fault', lastHeartbeatTime: old, lastTransitionTime: old },
+    {
+      type: 'AcceleratedHardwareReady',
+      status: 'False',
+      reason: 'NvidiaXID79Error',
+      message: 'old fault',
+      lastHeartbeatTime: old,
+      lastTransitionTime: old,
+    },
   ]);
   const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node });
   await v.started;
@@ -129,13 +181,19 @@ test('changes are coalesced into one write, and nothing is written when nothing 
   await cluster.createNode(node);
   const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { coalesceMs: 300 } });
   await v.started;
-  await waitFor('initial write', () => v.sink.conditions.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((x) => x === 1));
+  await waitFor(
+    'initial write',
+    () => v.sink.conditions.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((x) => x === 1),
+  );
 
   // Three conditions change in one burst: one PATCH.
   v.engine.finding(finding('NvidiaXID79Error', 'gpu:0'));
   v.engine.finding(finding('InterfaceNotUp', 'netif:eth0'));
   v.engine.finding(finding('XFSShutdown', 'dev:sda1'));
-  await waitFor('burst written', async () => v.sink.conditions.synced && conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status === 'False');
+  await waitFor(
+    'burst written',
+    async () => v.sink.conditions.synced && conditionsOf(await cluster.readNode(node)).get('StorageReady')?.status === 'False',
+  );
   assert.equal(await v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }), 2);
 
   // Warnings and repeats change no condition: no write is even scheduled.
@@ -167,7 +225,8 @@ test('a type removed from the configuration is removed from the Node after a res
 
   // New configuration: StorageReady no longer managed, KernelReady renamed.
   const b = startVigil({
-    kubeconfig: cluster.vigilKubeconfig, nodeName: node,
+    kubeconfig: cluster.vigilKubeconfig,
+    nodeName: node,
     types: ['KernelReady', 'NetworkingReady', 'ContainerRuntimeReady', 'AcceleratedHardwareReady'],
     names: { KernelReady: 'VigilKernelReady' },
     sink: { writtenTypes: persisted, onWrittenTypes: (t) => (persisted = t) },
@@ -177,7 +236,14 @@ test('a type removed from the configuration is removed from the Node after a res
     const c = conditionsOf(await cluster.readNode(node));
     return !c.has('StorageReady') && !c.has('KernelReady') && c.has('VigilKernelReady') && c;
   });
-  assert.deepEqual([...n.keys()].sort(), ['AcceleratedHardwareReady', 'ContainerRuntimeReady', 'FooReady', 'NetworkingReady', 'Ready', 'VigilKernelReady']);
+  assert.deepEqual([...n.keys()].sort(), [
+    'AcceleratedHardwareReady',
+    'ContainerRuntimeReady',
+    'FooReady',
+    'NetworkingReady',
+    'Ready',
+    'VigilKernelReady',
+  ]);
   assert.deepEqual(pick(n.get('FooReady')), pick(FOO), 'never delete what Vigil did not write');
   await waitFor('record updated', () => !persisted.includes('StorageReady'));
   assert.deepEqual(persisted, ['AcceleratedHardwareReady', 'ContainerRuntimeReady', 'NetworkingReady', 'VigilKernelReady']);
@@ -189,10 +255,19 @@ test('a type managed late (GPU proved by a fault) keeps the transition time the 
   const old = new Date('2022-02-02T02:02:02Z');
   // An earlier run (same boot) reported the GPU fault; this run manages the type only once a fault proves the GPU.
   await cluster.createNode(node, [
-    { type: 'AcceleratedHardwareReady', status: 'False', reason: 'NvidiaXID79Error', message: 'earlier run', lastHeartbeatTime: old, lastTransitionTime: old },
+    {
+      type: 'AcceleratedHardwareReady',
+      status: 'False',
+      reason: 'NvidiaXID79Error',
+      message: 'earlier run',
+      lastHeartbeatTime: old,
+      lastTransitionTime: old,
+    },
   ]);
   const v = startVigil({
-    kubeconfig: cluster.vigilKubeconfig, nodeName: node, late: ['AcceleratedHardwareReady'],
+    kubeconfig: cluster.vigilKubeconfig,
+    nodeName: node,
+    late: ['AcceleratedHardwareReady'],
     sink: { writtenTypes: [...VIGIL_TYPES], staleGraceMs: 1500 },
   });
   await v.started;

@@ -49,7 +49,9 @@ test('a Fatal finding sets its condition False; a Warning becomes one events.k8s
   assert.equal(ev.series, undefined, 'a single occurrence has no series');
 
   // The condition change is told as an Event too, with the reason code as its reason.
-  const transition = await waitFor('the transition Event', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error'));
+  const transition = await waitFor('the transition Event', async () =>
+    (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error'),
+  );
   assert.equal(transition.type, 'Warning');
   assert.match(transition.note!, /^AcceleratedHardwareReady is False: /);
   await v.stop();
@@ -62,16 +64,20 @@ test('50 repeats of one warning make ONE Event with a series of 50', async () =>
   await v.started;
   for (let i = 0; i < 50; i++) v.engine.finding(finding('AppCrash', 'pid:4242', 'python3[4242]: segfault at 0 ip 00007f error 4'));
 
-  const ev = await waitFor('series.count 50', async () => {
-    const mine = (await eventsFor(cluster, node)).filter((e) => e.reason === 'AppCrash');
-    return mine.length === 1 && mine[0]!.series?.count === 50 && mine[0];
-  }, 20_000);
+  const ev = await waitFor(
+    'series.count 50',
+    async () => {
+      const mine = (await eventsFor(cluster, node)).filter((e) => e.reason === 'AppCrash');
+      return mine.length === 1 && mine[0].series?.count === 50 && mine[0];
+    },
+    20_000,
+  );
   assert.ok(ev.series!.lastObservedTime, 'lastObservedTime set');
   // Let the flush timer run a few more times: still one Event, count unchanged.
   await new Promise((r) => setTimeout(r, 600));
   const again = (await eventsFor(cluster, node)).filter((e) => e.reason === 'AppCrash');
   assert.equal(again.length, 1);
-  assert.equal(again[0]!.series?.count, 50);
+  assert.equal(again[0].series?.count, 50);
   assert.equal(await v.metric('vigil_k8s_event_writes_total', { op: 'create', result: 'ok' }), 1);
   assert.equal(await v.metric('vigil_k8s_events_dropped_total'), 0);
   await v.stop();

@@ -19,7 +19,13 @@ after(async () => {
   await cluster?.stop();
 });
 
-const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({
+  reason,
+  message,
+  source: 'kmsg',
+  entity,
+  at: Date.now(),
+});
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test('30 s without an API server: the Node ends exactly in the engine state and no finding is lost', { timeout: 180_000 }, async () => {
@@ -32,7 +38,10 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
     sink: { retry: { baseMs: 200, maxMs: 2000 }, seriesFlushMs: 500, eventsPerReasonPerMinute: 6 },
   });
   await v.started;
-  await waitFor('initial write', () => v.sink.conditions.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((n) => n === 1));
+  await waitFor(
+    'initial write',
+    () => v.sink.conditions.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((n) => n === 1),
+  );
   const ready0 = conditionsOf(await cluster.readNode(node)).get('Ready');
 
   await cluster.stopApiserver();
@@ -62,14 +71,24 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
 
   // The Node converges to exactly what the engine says.
   const health = v.engine.health();
-  const n = await waitFor('the Node matches engine.health()', async () => {
-    const c = conditionsOf(await cluster.readNode(node));
-    const ok = health.conditions.every((h) => {
-      const x = c.get(h.name);
-      return x && x.status === h.status && x.reason === h.reason && x.message === h.message && iso(x.lastTransitionTime) === iso(h.lastTransitionTime);
-    });
-    return ok && c;
-  }, 30_000);
+  const n = await waitFor(
+    'the Node matches engine.health()',
+    async () => {
+      const c = conditionsOf(await cluster.readNode(node));
+      const ok = health.conditions.every((h) => {
+        const x = c.get(h.name);
+        return (
+          x &&
+          x.status === h.status &&
+          x.reason === h.reason &&
+          x.message === h.message &&
+          iso(x.lastTransitionTime) === iso(h.lastTransitionTime)
+        );
+      });
+      return ok && c;
+    },
+    30_000,
+  );
   const want = Object.fromEntries(health.conditions.map((h) => [h.name, `${h.status}/${h.reason}`]));
   assert.deepEqual(want, {
     KernelReady: 'True/KernelIsReady',
@@ -86,12 +105,16 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
 
   // Events: one per distinct warning, one per transition, the rest counted as rate-limited.
   v.sink.events.flush();
-  const events = await waitFor('all Events written', async () => {
-    const mine = await eventsFor(cluster, node);
-    const crash = mine.find((e) => e.reason === 'AppCrash');
-    if (!v.sink.events.idle || crash?.series?.count !== 20) return undefined;
-    return mine;
-  }, 30_000);
+  const events = await waitFor(
+    'all Events written',
+    async () => {
+      const mine = await eventsFor(cluster, node);
+      const crash = mine.find((e) => e.reason === 'AppCrash');
+      if (!v.sink.events.idle || crash?.series?.count !== 20) return undefined;
+      return mine;
+    },
+    30_000,
+  );
   const byReason = new Map<string, number>();
   for (const e of events) byReason.set(e.reason!, (byReason.get(e.reason!) ?? 0) + 1);
   assert.deepEqual(Object.fromEntries([...byReason].sort()), {

@@ -15,7 +15,15 @@ import { Agent } from '../../src/agent/agent.ts';
 import { parseConfig } from '../../src/config/load.ts';
 import { makeClients } from '../../src/sinks/kubernetes/client.ts';
 import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
-import { captureLog, conditionsOf, eventsFor, shippedClusterRoleRules, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
+import {
+  captureLog,
+  conditionsOf,
+  eventsFor,
+  shippedClusterRoleRules,
+  startCluster,
+  waitFor,
+  type TestCluster,
+} from '../helpers/cluster.ts';
 
 let cluster: TestCluster;
 const dirs: string[] = [];
@@ -27,7 +35,13 @@ after(async () => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({
+  reason,
+  message,
+  source: 'kmsg',
+  entity,
+  at: Date.now(),
+});
 
 /** The agent as run-command wires it, with a stand-in monitor the test publishes through. */
 async function startAgent(kubeconfig: string, nodeName: string, log: pino.Logger) {
@@ -44,16 +58,25 @@ kubernetes: {mode: on, heartbeat: 0s, coalesce: 100ms}
     config,
     log,
     bootId: 'boot-rbac',
-    monitors: () => [{
-      monitor: { name: 'stand-in', start: (o: FindingSink) => void (out = o), stop: () => undefined },
-      conditions: ['KernelReady', 'AcceleratedHardwareReady'],
-    }],
+    monitors: () => [
+      {
+        monitor: { name: 'stand-in', start: (o: FindingSink) => void (out = o), stop: () => undefined },
+        conditions: ['KernelReady', 'AcceleratedHardwareReady'],
+      },
+    ],
     sinks: ({ registry }) => {
       kube = new KubernetesSink({
-        clients: makeClients(kubeconfig), nodeName, log, registry,
-        heartbeatMs: config.kubernetes.heartbeat, coalesceMs: config.kubernetes.coalesce,
-        eventNamespace: config.kubernetes.eventNamespace, eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
-        retry: { baseMs: 100, maxMs: 500 }, seriesFlushMs: 200, finalWriteMs: 200,
+        clients: makeClients(kubeconfig),
+        nodeName,
+        log,
+        registry,
+        heartbeatMs: config.kubernetes.heartbeat,
+        coalesceMs: config.kubernetes.coalesce,
+        eventNamespace: config.kubernetes.eventNamespace,
+        eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
+        retry: { baseMs: 100, maxMs: 500 },
+        seriesFlushMs: 200,
+        finalWriteMs: 200,
       });
       return [{ sink: kube }];
     },
@@ -76,17 +99,38 @@ test('with only the shipped ClusterRole the agent writes conditions, Events and 
 
   a.out().finding(finding('NvidiaXID79Error', 'gpu:0', 'GPU has fallen off the bus'));
   for (let i = 0; i < 3; i++) a.out().finding(finding('SoftLockup', '', 'CPU#1 stuck for 22s'));
-  await waitFor('AcceleratedHardwareReady=False', async () => conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady')?.status === 'False');
+  await waitFor(
+    'AcceleratedHardwareReady=False',
+    async () => conditionsOf(await cluster.readNode(node)).get('AcceleratedHardwareReady')?.status === 'False',
+  );
   // series.count 3 needs `patch events`, the Event itself `create events`.
-  await waitFor('SoftLockup Event with series 3', async () => (await eventsFor(cluster, node)).find((e) => e.reason === 'SoftLockup' && e.series?.count === 3));
-  assert.equal(lines.filter((l) => typeof l.status === 'number' && l.status !== 0).length, 0, `no API errors: ${JSON.stringify(lines.filter((l) => l.status))}`);
+  await waitFor('SoftLockup Event with series 3', async () =>
+    (await eventsFor(cluster, node)).find((e) => e.reason === 'SoftLockup' && e.series?.count === 3),
+  );
+  assert.equal(
+    lines.filter((l) => typeof l.status === 'number' && l.status !== 0).length,
+    0,
+    `no API errors: ${JSON.stringify(lines.filter((l) => l.status))}`,
+  );
   await a.agent.stop();
 
   // ...and nothing more: the same identity can read Nodes but not change or delete them, nor touch core/v1 Events.
   const { core } = makeClients(cluster.vigilKubeconfig);
-  const code = (p: Promise<unknown>) => p.then(() => 200, (e: { code?: number }) => e.code);
+  const code = (p: Promise<unknown>) =>
+    p.then(
+      () => 200,
+      (e: { code?: number }) => e.code,
+    );
   assert.equal(await code(core.listNode()), 200);
-  assert.equal(await code(core.patchNode({ name: node, body: { spec: { unschedulable: true } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch))), 403);
+  assert.equal(
+    await code(
+      core.patchNode(
+        { name: node, body: { spec: { unschedulable: true } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
+      ),
+    ),
+    403,
+  );
   assert.equal(await code(core.deleteNode({ name: node })), 403);
   assert.equal(await code(core.listNamespacedEvent({ namespace: 'default' })), 403);
 });
@@ -116,7 +160,7 @@ test('without `patch nodes/status` detection continues and the 403 is logged onc
 
   const denied = lines.filter((l) => l.status === 403);
   assert.equal(denied.length, 1, `exactly one 403 line: ${JSON.stringify(denied)}`);
-  assert.match(String(denied[0]!.msg), /patch nodes\/status/);
-  assert.match(String(denied[0]!.msg), /deploy\/rbac\.yaml/);
+  assert.match(String(denied[0].msg), /patch nodes\/status/);
+  assert.match(String(denied[0].msg), /deploy\/rbac\.yaml/);
   await a.agent.stop();
 });

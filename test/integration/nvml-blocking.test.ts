@@ -40,7 +40,9 @@ test('the blocking event wait runs off the main thread: event-loop delay stays l
       env.event({ gpu: 1, type: 8, data: 48 });
       await monitor.pollOnce();
     });
-    const waits = Number(/vigil_nvml_call_duration_seconds_count\{function="nvmlEventSetWait_v2"\} (\d+)/.exec(await registry.metrics())?.[1] ?? 0);
+    const waits = Number(
+      /vigil_nvml_call_duration_seconds_count\{function="nvmlEventSetWait_v2"\} (\d+)/.exec(await registry.metrics())?.[1] ?? 0,
+    );
     assert.ok(waits >= 2, `the worker was waiting meanwhile (${waits} waits)`);
     assert.ok(sink.reasons().includes('NvidiaXID48Error'));
     assert.ok(delay.p99 < 100, `event-loop delay p99 ${delay.p99.toFixed(1)} ms (max ${delay.max.toFixed(1)} ms)`);
@@ -66,7 +68,12 @@ test('a hung poll call trips the watchdog: reported, abandoned, the other GPUs s
     assert.equal(f.attrs?.function, 'nvmlDeviceGetTemperature');
     assert.match(f.message, /nvmlDeviceGetTemperature on GPU 1 .* did not return within \d+ ms/);
     // The retry skipped GPU 1, so GPUs 0 and 2 were checked in the same poll.
-    const checked = new Set(monitor.snapshot().checks.filter((c) => c.check === 'temperature').map((c) => c.gpu));
+    const checked = new Set(
+      monitor
+        .snapshot()
+        .checks.filter((c) => c.check === 'temperature')
+        .map((c) => c.gpu),
+    );
     assert.deepEqual([...checked].sort(), [0, 2]);
     assert.match(await registry.getSingleMetricAsString('vigil_nvml_timeouts_total'), /function="nvmlDeviceGetTemperature"} 1/);
 
@@ -105,7 +112,7 @@ test('a hang before any GPU is known is reported node-wide, and stuck threads ar
     await monitor.pollOnce(); // two threads still stuck: no third
     assert.ok(Date.now() - t0 < 100);
     assert.equal(logs.filter((l) => /abandoning/.test(l.msg)).length, 2);
-    const f = sink.findings[0]!;
+    const f = sink.findings[0];
     assert.equal(f.reason, 'NvidiaNVMLTimeout');
     assert.equal(f.entity, '');
     assert.match(f.message, /nvmlDeviceGetCount_v2 did not return .* 2 worker threads are still stuck/);

@@ -33,8 +33,8 @@ test('inventory: index, UUID, name, normalised PCI, serial, driver; gpuByPci att
       serial: '1654321000000',
       driverVersion: '550.54.15',
     });
-    assert.equal(inv[1]!.name, 'NVIDIA H200');
-    assert.equal(inv[1]!.serial, null); // NOT_SUPPORTED on this board
+    assert.equal(inv[1].name, 'NVIDIA H200');
+    assert.equal(inv[1].serial, null); // NOT_SUPPORTED on this board
     assert.equal(monitor.gpuByPci('PCI:0000:38:00')?.uuid, 'GPU-00000002-aaaa-bbbb-cccc-000000000002');
     assert.equal(monitor.gpuByPci('0000:28:00.0')?.index, 1);
     assert.equal(monitor.gpuByPci('0000:99:00'), undefined);
@@ -54,7 +54,13 @@ test('poll checks: faults become findings, fixes become healthy signals', async 
     await monitor.start(sink);
     assert.deepEqual(sink.reasons(), [], 'a healthy node reports nothing');
     for (const e of ENT) {
-      for (const r of ['NvidiaPCIeLinkDegraded', 'NvidiaThermalError', 'NvidiaClockSlowdown', 'NvidiaPowerError', 'NvidiaInfoROMCorrupted']) {
+      for (const r of [
+        'NvidiaPCIeLinkDegraded',
+        'NvidiaThermalError',
+        'NvidiaClockSlowdown',
+        'NvidiaPowerError',
+        'NvidiaInfoROMCorrupted',
+      ]) {
         assert.equal(sink.healthyFor(r, e).length, 1, `${r} healthy on ${e}`);
       }
     }
@@ -80,8 +86,12 @@ test('poll checks: faults become findings, fixes become healthy signals', async 
     t += 300_000;
     sink.clear();
     await monitor.pollOnce();
-    const got = (e: string) => sink.findings.filter((f) => f.entity === e).map((f) => f.reason).sort();
-    assert.deepEqual(got(ENT[0]!), [
+    const got = (e: string) =>
+      sink.findings
+        .filter((f) => f.entity === e)
+        .map((f) => f.reason)
+        .sort();
+    assert.deepEqual(got(ENT[0]), [
       'NvidiaDoubleBitError',
       'NvidiaInfoROMCorrupted',
       'NvidiaPCIeError',
@@ -91,10 +101,13 @@ test('poll checks: faults become findings, fixes become healthy signals', async 
       'NvidiaRowRemapPending',
     ]);
     // Clock events need two consecutive polls by default; the temperature counts at once.
-    assert.deepEqual(got(ENT[1]!), ['NvidiaNVLinkError', 'NvidiaNVLinkErrorCounters', 'NvidiaThermalError']);
-    assert.deepEqual(got(ENT[2]!), ['NvidiaPageRetirement']);
+    assert.deepEqual(got(ENT[1]), ['NvidiaNVLinkError', 'NvidiaNVLinkErrorCounters', 'NvidiaThermalError']);
+    assert.deepEqual(got(ENT[2]), ['NvidiaPageRetirement']);
     const remap = sink.findings.find((f) => f.reason === 'NvidiaRowRemapFailure')!;
-    assert.deepEqual({ uuid: remap.attrs?.uuid, index: remap.attrs?.index, pci: remap.attrs?.pci }, { uuid: 'GPU-00000000-aaaa-bbbb-cccc-000000000000', index: 0, pci: '0000:18:00' });
+    assert.deepEqual(
+      { uuid: remap.attrs?.uuid, index: remap.attrs?.index, pci: remap.attrs?.pci },
+      { uuid: 'GPU-00000000-aaaa-bbbb-cccc-000000000000', index: 0, pci: '0000:18:00' },
+    );
     assert.equal(remap.source, 'nvml');
     // No healthy signal for a reason that fails on the same GPU from another check.
     assert.equal(sink.healthyFor('NvidiaThermalError', ENT[1]).length, 0);
@@ -102,8 +115,8 @@ test('poll checks: faults become findings, fixes become healthy signals', async 
     t += 300_000;
     sink.clear();
     await monitor.pollOnce();
-    assert.ok(got(ENT[1]!).includes('NvidiaClockSlowdown'));
-    assert.ok(got(ENT[1]!).includes('NvidiaPowerError'));
+    assert.ok(got(ENT[1]).includes('NvidiaClockSlowdown'));
+    assert.ok(got(ENT[1]).includes('NvidiaPowerError'));
     assert.match(sink.findings.find((f) => f.reason === 'NvidiaClockSlowdown')!.message, /2 consecutive polls/);
 
     // Repair what can be repaired; whenHealthy reasons get their healthy signal.
@@ -113,12 +126,20 @@ test('poll checks: faults become findings, fixes become healthy signals', async 
     t += 300_000;
     sink.clear();
     await monitor.pollOnce();
-    assert.deepEqual(sink.findings.filter((f) => f.reason !== 'NvidiaNVLinkError').map((f) => f.reason), []);
-    for (const r of ['NvidiaPCIeLinkDegraded', 'NvidiaInfoROMCorrupted', 'NvidiaPCIeError']) assert.equal(sink.healthyFor(r, ENT[0]).length, 1, r);
-    for (const r of ['NvidiaThermalError', 'NvidiaClockSlowdown', 'NvidiaPowerError', 'NvidiaNVLinkErrorCounters']) assert.equal(sink.healthyFor(r, ENT[1]).length, 1, r);
+    assert.deepEqual(
+      sink.findings.filter((f) => f.reason !== 'NvidiaNVLinkError').map((f) => f.reason),
+      [],
+    );
+    for (const r of ['NvidiaPCIeLinkDegraded', 'NvidiaInfoROMCorrupted', 'NvidiaPCIeError'])
+      assert.equal(sink.healthyFor(r, ENT[0]).length, 1, r);
+    for (const r of ['NvidiaThermalError', 'NvidiaClockSlowdown', 'NvidiaPowerError', 'NvidiaNVLinkErrorCounters'])
+      assert.equal(sink.healthyFor(r, ENT[1]).length, 1, r);
     assert.equal(sink.healthyFor('NvidiaPageRetirement', ENT[2]).length, 1);
     // The link that is still down stays reported (the counters on the live links are fine).
-    assert.deepEqual(sink.findings.map((f) => f.entity), [ENT[1]]);
+    assert.deepEqual(
+      sink.findings.map((f) => f.entity),
+      [ENT[1]],
+    );
   } finally {
     await monitor.stop();
   }

@@ -10,7 +10,12 @@ import { FakeNvmlEnv } from './nvml-helpers.ts';
 const envs: FakeNvmlEnv[] = [];
 after(() => envs.forEach((e) => e.cleanup()));
 
-async function run(env: FakeNvmlEnv, json: boolean, library = env.libraryPath, sysRoot = env.sysRoot): Promise<{ code: number; out: string }> {
+async function run(
+  env: FakeNvmlEnv,
+  json: boolean,
+  library = env.libraryPath,
+  sysRoot = env.sysRoot,
+): Promise<{ code: number; out: string }> {
   let out = '';
   const code = await runGpuCommand({ json, library, sysRoot, write: (t) => (out += t), config: { watchdog: 2_000 } });
   return { code, out };
@@ -27,12 +32,15 @@ test('--json: inventory, raw samples and every check, exit 0 when healthy', asyn
   assert.equal(r.driverVersion, '550.54.15');
   assert.equal(r.nvmlCount, 2);
   assert.equal(r.expectedCount, 2);
-  assert.deepEqual(r.gpus.map((g) => [g.index, g.uuid, g.pci]), [
-    [0, 'GPU-00000000-aaaa-bbbb-cccc-000000000000', '0000:18:00'],
-    [1, 'GPU-00000001-aaaa-bbbb-cccc-000000000001', '0000:28:00'],
-  ]);
-  assert.equal(r.samples[0]!.temperature.current, 40);
-  assert.equal(r.samples[1]!.pcie.maxWidth, 16);
+  assert.deepEqual(
+    r.gpus.map((g) => [g.index, g.uuid, g.pci]),
+    [
+      [0, 'GPU-00000000-aaaa-bbbb-cccc-000000000000', '0000:18:00'],
+      [1, 'GPU-00000001-aaaa-bbbb-cccc-000000000001', '0000:28:00'],
+    ],
+  );
+  assert.equal(r.samples[0].temperature.current, 40);
+  assert.equal(r.samples[1].pcie.maxWidth, 16);
   assert.equal(r.checks.filter((c) => c.gpu === 0).length, 14);
   assert.equal(r.summary.fail, 0);
   assert.equal(r.events.status, 'off');
@@ -58,7 +66,7 @@ test('exit 2 when NVML is unusable, 3 when there is no NVIDIA GPU', async () => 
   const missing = await run(env, true, join(env.dir, 'nope.so'));
   assert.equal(missing.code, 2);
   const r = JSON.parse(missing.out) as GpuCommandReport;
-  assert.equal(r.findings[0]!.reason, 'NvidiaDriverNotLoaded');
+  assert.equal(r.findings[0].reason, 'NvidiaDriverNotLoaded');
   const none = await run(env, false, env.libraryPath, join(env.dir, 'no-sys'));
   assert.equal(none.code, 3);
   assert.match(none.out, /No NVIDIA display or 3D controller found/);

@@ -19,7 +19,12 @@ function setup(...args: ConstructorParameters<typeof FakeNvmlEnv>) {
 }
 
 test('symbols missing from an older driver degrade only their checks', async () => {
-  const omit = ['nvmlDeviceGetRemappedRows', 'nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceValidateInforom', 'nvmlDeviceGetFieldValues'];
+  const omit = [
+    'nvmlDeviceGetRemappedRows',
+    'nvmlDeviceGetCurrentClocksEventReasons',
+    'nvmlDeviceValidateInforom',
+    'nvmlDeviceGetFieldValues',
+  ];
   const env = setup(2, { omit });
   env.gpu(0, { clocksEventReasons: 0x8 });
   const { monitor } = fakeMonitor(env, { events: false, thresholds: { clockEventPolls: 1 } });
@@ -68,7 +73,7 @@ test('GPUs present but no NVML library: NvidiaDriverNotLoaded, clearly worded', 
   try {
     await monitor.start(sink);
     assert.deepEqual(sink.reasons(), ['NvidiaDriverNotLoaded']);
-    const f = sink.findings[0]!;
+    const f = sink.findings[0];
     assert.equal(f.entity, '');
     assert.match(f.message, /^2 NVIDIA GPUs are on the PCI bus but NVML is unusable: cannot load .*missing\/libnvidia-ml\.so\.1/);
     assert.match(f.message, /lsmod \| grep nvidia/);
@@ -87,12 +92,12 @@ test('driver not loaded, then loaded: finding, then healthy, inventory and event
   const sink = new RecordingSink();
   try {
     await monitor.start(sink);
-    assert.match(sink.findings[0]!.message, /DRIVER_NOT_LOADED: the NVIDIA kernel module is not loaded/);
+    assert.match(sink.findings[0].message, /DRIVER_NOT_LOADED: the NVIDIA kernel module is not loaded/);
     env.cfg.rc = { nvmlInit_v2: 18 };
     env.write();
     sink.clear();
     await monitor.pollOnce();
-    assert.match(sink.findings[0]!.message, /LIB_RM_VERSION_MISMATCH.*upgraded without a reboot/);
+    assert.match(sink.findings[0].message, /LIB_RM_VERSION_MISMATCH.*upgraded without a reboot/);
     delete env.cfg.rc;
     env.write();
     sink.clear();
@@ -125,7 +130,12 @@ test('no NVIDIA GPU on the PCI bus: the monitor stays off and says nothing', asy
   }
   const empty = join(env.dir, 'empty-sys');
   mkdirSync(empty);
-  const disabled = new GpuMonitor({ config: { enabled: false, libraryPath: env.libraryPath }, registry: new Registry(), sysRoot: env.sysRoot, ownTimer: false });
+  const disabled = new GpuMonitor({
+    config: { enabled: false, libraryPath: env.libraryPath },
+    registry: new Registry(),
+    sysRoot: env.sysRoot,
+    ownTimer: false,
+  });
   await disabled.start(new RecordingSink());
   assert.equal(disabled.snapshot().state, 'off');
   await disabled.stop();
@@ -134,7 +144,11 @@ test('no NVIDIA GPU on the PCI bus: the monitor stays off and says nothing', asy
 test('the fallback timer polls on its own, with jitter, and stop() cancels it', async () => {
   const env = setup(1);
   const registry = new Registry();
-  const monitor = new GpuMonitor({ config: { libraryPath: env.libraryPath, events: false, pollInterval: 1_000, pollJitter: 0.2 }, registry, sysRoot: env.sysRoot });
+  const monitor = new GpuMonitor({
+    config: { libraryPath: env.libraryPath, events: false, pollInterval: 1_000, pollJitter: 0.2 },
+    registry,
+    sysRoot: env.sysRoot,
+  });
   const sink = new RecordingSink();
   try {
     await monitor.start(sink);

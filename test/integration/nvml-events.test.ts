@@ -57,8 +57,8 @@ test('event kinds: Xid warning vs fatal (configurable), double-bit ECC, recovery
     env.event({ gpu: 1, type: 0x8000 });
     await sink.waitFor((f) => f.reason === 'NvidiaRecoveryActionRequired');
     assert.deepEqual(sink.reasons(), ['NvidiaXID31Warning', 'NvidiaXID13Error', 'NvidiaDoubleBitError', 'NvidiaRecoveryActionRequired']);
-    assert.equal(sink.findings[3]!.attrs?.recoveryAction, 1);
-    assert.equal(sink.findings[2]!.entity, 'gpu:0000:28:00');
+    assert.equal(sink.findings[3].attrs?.recoveryAction, 1);
+    assert.equal(sink.findings[2].entity, 'gpu:0000:28:00');
   } finally {
     await monitor.stop();
   }
@@ -72,7 +72,13 @@ test('events register only what each GPU supports', async () => {
   try {
     await monitor.start(new RecordingSink());
     const devs = monitor.snapshot().events.devices;
-    assert.deepEqual(devs.map((d) => [d.index, d.mask, d.rc]), [[0, 0xc80a, 0], [1, 0x8, 0]]);
+    assert.deepEqual(
+      devs.map((d) => [d.index, d.mask, d.rc]),
+      [
+        [0, 0xc80a, 0],
+        [1, 0x8, 0],
+      ],
+    );
   } finally {
     await monitor.stop();
   }

@@ -9,7 +9,14 @@ import { Registry } from 'prom-client';
 import type { Finding, FindingSink, HealthySignal } from '../../src/api/types.ts';
 import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
 import type { GpuConfigInput } from '../../src/monitors/gpu/config.ts';
-import { buildFakeNvml, fakeGpus, writeFakeConfig, type FakeEvent, type FakeGpu, type FakeNvmlConfig } from '../../native/fake-nvml/build.ts';
+import {
+  buildFakeNvml,
+  fakeGpus,
+  writeFakeConfig,
+  type FakeEvent,
+  type FakeGpu,
+  type FakeNvmlConfig,
+} from '../../native/fake-nvml/build.ts';
 
 /** A temp dir holding the fake's JSON script and a fake sysfs; sets FAKE_NVML_CONFIG. */
 export class FakeNvmlEnv {
@@ -125,7 +132,11 @@ export class RecordingSink implements FindingSink {
 }
 
 /** A monitor on the fake library with test-friendly timings; the caller must stop() it. */
-export function fakeMonitor(env: FakeNvmlEnv, config: GpuConfigInput = {}, now?: () => number): { monitor: GpuMonitor; registry: Registry; logs: { obj: Record<string, unknown>; msg: string }[] } {
+export function fakeMonitor(
+  env: FakeNvmlEnv,
+  config: GpuConfigInput = {},
+  now?: () => number,
+): { monitor: GpuMonitor; registry: Registry; logs: { obj: Record<string, unknown>; msg: string }[] } {
   const registry = new Registry();
   const logs: { obj: Record<string, unknown>; msg: string }[] = [];
   const monitor = new GpuMonitor({

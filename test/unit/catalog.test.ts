@@ -22,9 +22,12 @@ test('the snapshot guard reports a removed reason, a severity change and a condi
   const snapshot = apiSurface(cat);
   const changed = loadCatalogYaml(
     yamlText
-      .replace(/\n  SoftLockup:\n    condition: KernelReady\n    severity: Warning/, '\n  SoftLockup:\n    condition: KernelReady\n    severity: Fatal')
-      .replace(/\n  OOMKilling:\n    condition: KernelReady/, '\n  OOMKilling:\n    condition: StorageReady')
-      .replace(/\n  AppCrash:\n/, '\n  ApplicationCrash:\n'),
+      .replace(
+        /\n {2}SoftLockup:\n {4}condition: KernelReady\n {4}severity: Warning/,
+        '\n  SoftLockup:\n    condition: KernelReady\n    severity: Fatal',
+      )
+      .replace(/\n {2}OOMKilling:\n {4}condition: KernelReady/, '\n  OOMKilling:\n    condition: StorageReady')
+      .replace(/\n {2}AppCrash:\n/, '\n  ApplicationCrash:\n'),
   );
   const breaks = apiBreaks(snapshot, apiSurface(changed));
   assert.deepEqual(breaks.sort(), [
@@ -32,7 +35,11 @@ test('the snapshot guard reports a removed reason, a severity change and a condi
     'OOMKilling condition changed KernelReady -> StorageReady',
     'SoftLockup severity changed Warning -> Fatal',
   ]);
-  assert.deepEqual(apiBreaks(apiSurface(cat), { ...apiSurface(cat), NewReason: { severity: 'Info', condition: 'KernelReady' } }), [], 'an addition is not a break');
+  assert.deepEqual(
+    apiBreaks(apiSurface(cat), { ...apiSurface(cat), NewReason: { severity: 'Info', condition: 'KernelReady' } }),
+    [],
+    'an addition is not a break',
+  );
 });
 
 test('invalid catalog entries are rejected with the field named', () => {
@@ -52,7 +59,14 @@ test('template reasons resolve to their definition; unknown names do not', () =>
 
 test('EKS-compatible names keep the EKS severities where the issue does not say otherwise', () => {
   const eks = REASONS.filter((r) => r.eks).map((r) => r.name);
-  for (const name of ['SoftLockup', 'AppCrash', 'NvidiaXID{code}Error', 'NvidiaDeviceCountMismatch', 'InterfaceNotUp', 'BlockDeviceIOError']) {
+  for (const name of [
+    'SoftLockup',
+    'AppCrash',
+    'NvidiaXID{code}Error',
+    'NvidiaDeviceCountMismatch',
+    'InterfaceNotUp',
+    'BlockDeviceIOError',
+  ]) {
     assert.ok(eks.includes(name), `${name} is marked as shared with EKS`);
   }
 });

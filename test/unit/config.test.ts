@@ -23,7 +23,10 @@ test('docs/vigil.example.yaml documents exactly the defaults', () => {
 test('every invalid field is named, all at once', () => {
   let err: unknown;
   try {
-    parseConfig('engine:\n  repeatWindow: 5x\nxid:\n  fatal: [abc]\nconditions:\n  names:\n    KernelReady: "bad name"\nlisten: nope\nbogus: 1\n', 'f.yaml');
+    parseConfig(
+      'engine:\n  repeatWindow: 5x\nxid:\n  fatal: [abc]\nconditions:\n  names:\n    KernelReady: "bad name"\nlisten: nope\nbogus: 1\n',
+      'f.yaml',
+    );
   } catch (e) {
     err = e;
   }
@@ -39,7 +42,11 @@ test('every invalid field is named, all at once', () => {
 
 test('monitor sections reject unknown keys and bad values with their path', () => {
   assert.throws(() => parseConfig('gpu:\n  watchdog: forever\n'), /gpu\.watchdog/);
-  assert.throws(() => parseConfig('gpu:\n  fatalXids: [1]\n'), /gpu.*fatalXids|Unrecognized key.*fatalXids/, 'the Xid policy lives in one place: xid.fatal');
+  assert.throws(
+    () => parseConfig('gpu:\n  fatalXids: [1]\n'),
+    /gpu.*fatalXids|Unrecognized key.*fatalXids/,
+    'the Xid policy lives in one place: xid.fatal',
+  );
   assert.throws(() => parseConfig('monitors:\n  networking:\n    enabeld: true\n'), /monitors\.networking.*enabeld|enabeld/);
   assert.throws(() => parseConfig('kernelLog:\n  lookback: -1\n'), /kernelLog\.lookback/);
 });
@@ -50,5 +57,8 @@ test('YAML syntax errors and duplicate keys are refused with the file named', ()
 });
 
 test('an escalation with an invalid regex is refused', () => {
-  assert.throws(() => parseConfig('engine:\n  escalations:\n    - {match: "(", count: 3, raise: X}\n'), /engine\.escalations\.0\.match: not a valid regular expression/);
+  assert.throws(
+    () => parseConfig('engine:\n  escalations:\n    - {match: "(", count: 3, raise: X}\n'),
+    /engine\.escalations\.0\.match: not a valid regular expression/,
+  );
 });

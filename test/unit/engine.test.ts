@@ -8,14 +8,19 @@ import { CONDITIONS } from '../../src/catalog/index.ts';
 function setup(over: Partial<EngineOptions> = {}) {
   let t = Date.parse('2026-12-01T00:00:00Z');
   const registry = new Registry();
-  const conditions = new Map<string, ConditionInfo>(
-    Object.entries(CONDITIONS).map(([type, c]) => [type, { name: type, ...c }]),
-  );
+  const conditions = new Map<string, ConditionInfo>(Object.entries(CONDITIONS).map(([type, c]) => [type, { name: type, ...c }]));
   const engine = new Engine({ bootId: 'boot-a', now: () => t, conditions, registry, ...over });
   const events: EngineEvent[] = [];
   engine.on((e) => events.push(e));
   const advance = (ms: number) => (t += ms);
-  const f = (reason: string, entity = '', extra: Partial<Finding> = {}): Finding => ({ reason, message: `${reason} happened`, source: 'kmsg', entity, at: t, ...extra });
+  const f = (reason: string, entity = '', extra: Partial<Finding> = {}): Finding => ({
+    reason,
+    message: `${reason} happened`,
+    source: 'kmsg',
+    entity,
+    at: t,
+    ...extra,
+  });
   const cond = (type: string) => engine.health().conditions.find((c) => c.type === type)!;
   const metric = async (name: string, labels: Record<string, string>) => {
     const m = (await registry.getMetricsAsJSON()).find((x) => x.name === name);
@@ -50,8 +55,17 @@ test('Warnings and Info do not change a condition', () => {
   engine.finding(f('SoftLockup'));
   engine.finding(f('MonitorCheckTimeout'));
   assert.equal(cond('KernelReady').status, 'True');
-  assert.deepEqual(events.map((e) => e.kind), ['finding', 'finding']);
-  assert.deepEqual(engine.health().warnings.map((w) => w.reason).sort(), ['MonitorCheckTimeout', 'SoftLockup']);
+  assert.deepEqual(
+    events.map((e) => e.kind),
+    ['finding', 'finding'],
+  );
+  assert.deepEqual(
+    engine
+      .health()
+      .warnings.map((w) => w.reason)
+      .sort(),
+    ['MonitorCheckTimeout', 'SoftLockup'],
+  );
 });
 
 test('several Fatal reasons on one condition keep it False until all have recovered', () => {
@@ -142,7 +156,7 @@ test('escalation: repeated Xid 13 warnings on one GPU become a Fatal reason', ()
   const c = cond('AcceleratedHardwareReady');
   assert.equal(c.status, 'False');
   assert.equal(c.reason, 'NvidiaXID13Repeated');
-  assert.equal(c.active[0]!.entity, 'gpu:0000:01:00');
+  assert.equal(c.active[0].entity, 'gpu:0000:01:00');
 });
 
 test('an unknown reason is dropped, counted and reported, never silently', async () => {
@@ -150,13 +164,17 @@ test('an unknown reason is dropped, counted and reported, never silently', async
   engine.finding(f('NoSuchReason'));
   assert.equal(await metric('vigil_findings_dropped_total', { why: 'unknown_reason' }), 1);
   assert.equal(events.length, 1);
-  assert.ok(events[0]!.kind === 'finding' && /dropped finding/.test(events[0]!.finding.message));
+  assert.ok(events[0].kind === 'finding' && /dropped finding/.test(events[0].finding.message));
   assert.equal(engine.health().warnings.length, 0);
 });
 
 test('a finding may bring its own severity and condition (user and NPD rules)', () => {
   const { engine, f, cond } = setup();
-  engine.manageCondition('KernelDeadlock', { name: 'KernelDeadlock', healthyReason: 'KernelHasNoDeadlock', healthyMessage: 'kernel has no deadlock' });
+  engine.manageCondition('KernelDeadlock', {
+    name: 'KernelDeadlock',
+    healthyReason: 'KernelHasNoDeadlock',
+    healthyMessage: 'kernel has no deadlock',
+  });
   engine.finding(f('DockerHung', '', { severity: 'Fatal', condition: 'KernelDeadlock', recovery: { kind: 'untilReboot' } }));
   assert.equal(cond('KernelDeadlock')?.status, 'False');
 });
@@ -172,7 +190,10 @@ test('state survives a restart on the same boot with the same transition time', 
   const after = b.cond('AcceleratedHardwareReady');
   assert.equal(after.status, 'False');
   assert.equal(after.lastTransitionTime, before.lastTransitionTime);
-  assert.deepEqual(b.engine.health().warnings.map((w) => w.reason), ['SoftLockup']);
+  assert.deepEqual(
+    b.engine.health().warnings.map((w) => w.reason),
+    ['SoftLockup'],
+  );
   assert.equal(b.events.length, 0, 'a restart emits nothing by itself');
 });
 
@@ -216,7 +237,10 @@ test('a condition that is not managed is not reported, but its findings still co
   const { engine, f, conditions } = setup();
   conditions.delete('AcceleratedHardwareReady');
   engine.finding(f('NvidiaXID79Error', 'gpu:0000:b3:00'));
-  assert.equal(engine.health().conditions.some((c) => c.type === 'AcceleratedHardwareReady'), false);
+  assert.equal(
+    engine.health().conditions.some((c) => c.type === 'AcceleratedHardwareReady'),
+    false,
+  );
   engine.manageCondition('AcceleratedHardwareReady', { name: 'AcceleratedHardwareReady', ...CONDITIONS.AcceleratedHardwareReady });
   assert.equal(engine.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
 });
@@ -227,7 +251,11 @@ test('a Fatal finding on a late condition (GPU fault with no NVML) starts managi
   conditions.delete('AcceleratedHardwareReady');
   const e2 = new Engine({ bootId: 'b', conditions, lateConditions: new Map([['AcceleratedHardwareReady', info]]) });
   e2.finding(f('NvidiaXID13Warning', 'gpu:0000:01:00'));
-  assert.equal(e2.health().conditions.some((c) => c.type === 'AcceleratedHardwareReady'), false, 'a warning proves nothing');
+  assert.equal(
+    e2.health().conditions.some((c) => c.type === 'AcceleratedHardwareReady'),
+    false,
+    'a warning proves nothing',
+  );
   e2.finding(f('NvidiaXID79Error', 'gpu:0000:01:00'));
   assert.equal(e2.health().conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
   void engine;

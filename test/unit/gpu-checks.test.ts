@@ -27,7 +27,15 @@ import type { GpuInfo } from '../../src/monitors/gpu/inventory.ts';
 import type { GpuSample, NvmlEvent } from '../../src/sources/nvml/protocol.ts';
 
 const cfg = gpuConfigSchema.parse({});
-const gpu: GpuInfo = { index: 2, uuid: 'GPU-2222', name: 'H100', pci: '0000:b3:00', busId: '00000000:B3:00.0', serial: 'x', driverVersion: '550' };
+const gpu: GpuInfo = {
+  index: 2,
+  uuid: 'GPU-2222',
+  name: 'H100',
+  pci: '0000:b3:00',
+  busId: '00000000:B3:00.0',
+  serial: 'x',
+  driverVersion: '550',
+};
 const ctx = { gpu, now: 1_000_000, cfg };
 
 function sample(patch: Partial<GpuSample> = {}): GpuSample {
@@ -38,7 +46,15 @@ function sample(patch: Partial<GpuSample> = {}): GpuSample {
     pcie: { replay: 0, gen: 5, maxGen: 5, width: 16, maxWidth: 16 },
     clocksEventReasons: 0,
     temperature: { current: 40, slowdown: 87, shutdown: 92 },
-    nvlink: { active: [true, true, true, true], counters: [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]] },
+    nvlink: {
+      active: [true, true, true, true],
+      counters: [
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+      ],
+    },
     recoveryAction: 0,
     inforom: 'valid',
     errors: [],
@@ -62,13 +78,19 @@ function assertFinding(r: CheckResult, reason: string) {
 
 test('row remapping: failure is Fatal, pending is Warning, unsupported skips', () => {
   const [fail, pend] = checkRowRemap(ctx, sample({ remappedRows: { corr: 1, unc: 3, pending: true, failure: true } }));
-  assertFinding(fail!, 'NvidiaRowRemapFailure');
-  assertFinding(pend!, 'NvidiaRowRemapPending');
+  assertFinding(fail, 'NvidiaRowRemapFailure');
+  assertFinding(pend, 'NvidiaRowRemapPending');
   assert.equal(lookupReason('NvidiaRowRemapFailure')?.severity, 'Fatal');
-  assert.deepEqual(checkRowRemap(ctx, sample()).map((r) => r.status), ['ok', 'ok']);
-  assert.deepEqual(checkRowRemap(ctx, sample({ remappedRows: null })).map((r) => r.status), ['skip', 'skip']);
+  assert.deepEqual(
+    checkRowRemap(ctx, sample()).map((r) => r.status),
+    ['ok', 'ok'],
+  );
+  assert.deepEqual(
+    checkRowRemap(ctx, sample({ remappedRows: null })).map((r) => r.status),
+    ['skip', 'skip'],
+  );
   const missing = checkRowRemap(ctx, sample({ remappedRows: null, missing: ['nvmlDeviceGetRemappedRows'] }));
-  assert.match(missing[0]!.message, /lacks nvmlDeviceGetRemappedRows/);
+  assert.match(missing[0].message, /lacks nvmlDeviceGetRemappedRows/);
 });
 
 test('retired pages (pre-Ampere): pending or at the limit', () => {
@@ -96,14 +118,26 @@ test('PCIe replay rate is judged against the per-generation limit over at least 
   const base = checkPcieReplay(ctx, sample({ pcie: { replay: 100, gen: 5, maxGen: 5, width: 16, maxWidth: 16 } }), null);
   assert.equal(base.result.status, 'skip');
   // 30 s later: too soon, the baseline stays.
-  const soon = checkPcieReplay({ ...ctx, now: ctx.now + 30_000 }, sample({ pcie: { replay: 200, gen: 5, maxGen: 5, width: 16, maxWidth: 16 } }), base.next);
+  const soon = checkPcieReplay(
+    { ...ctx, now: ctx.now + 30_000 },
+    sample({ pcie: { replay: 200, gen: 5, maxGen: 5, width: 16, maxWidth: 16 } }),
+    base.next,
+  );
   assert.equal(soon.result.status, 'skip');
   assert.deepEqual(soon.next, base.next);
   // 5 minutes, +150: 30/min, under Gen5 x16's 31.
-  const ok = checkPcieReplay({ ...ctx, now: ctx.now + 300_000 }, sample({ pcie: { replay: 250, gen: 1, maxGen: 5, width: 16, maxWidth: 16 } }), base.next);
+  const ok = checkPcieReplay(
+    { ...ctx, now: ctx.now + 300_000 },
+    sample({ pcie: { replay: 250, gen: 1, maxGen: 5, width: 16, maxWidth: 16 } }),
+    base.next,
+  );
   assert.equal(ok.result.status, 'ok', ok.result.message);
   // 5 minutes, +200: 40/min.
-  const bad = checkPcieReplay({ ...ctx, now: ctx.now + 300_000 }, sample({ pcie: { replay: 300, gen: 5, maxGen: 5, width: 16, maxWidth: 16 } }), base.next);
+  const bad = checkPcieReplay(
+    { ...ctx, now: ctx.now + 300_000 },
+    sample({ pcie: { replay: 300, gen: 5, maxGen: 5, width: 16, maxWidth: 16 } }),
+    base.next,
+  );
   assertFinding(bad.result, 'NvidiaPCIeError');
   assert.match(bad.result.message, /40\.0\/min, limit 31\/min for Gen5 x16/);
 });
@@ -118,18 +152,28 @@ test('clock events: HW slowdown, HW thermal and power brake only, sustained over
   let streak = initialCheckState().clockStreak;
   // Idle, app clocks, SW power cap and SW thermal are normal operation.
   const normal = checkClockEvents(ctx, sample({ clocksEventReasons: 0x1 | 0x2 | 0x4 | 0x20 }), streak);
-  assert.deepEqual(normal.results.map((r) => r.status), ['ok', 'ok', 'ok']);
+  assert.deepEqual(
+    normal.results.map((r) => r.status),
+    ['ok', 'ok', 'ok'],
+  );
   const first = checkClockEvents(ctx, sample({ clocksEventReasons: 0x8 | 0x40 | 0x80 }), streak);
-  assert.deepEqual(first.results.map((r) => r.status), ['skip', 'skip', 'skip']);
+  assert.deepEqual(
+    first.results.map((r) => r.status),
+    ['skip', 'skip', 'skip'],
+  );
   streak = first.next;
   const second = checkClockEvents(ctx, sample({ clocksEventReasons: 0x8 | 0x40 | 0x80 }), streak);
-  assertFinding(second.results[0]!, 'NvidiaClockSlowdown');
-  assertFinding(second.results[1]!, 'NvidiaThermalError');
-  assertFinding(second.results[2]!, 'NvidiaPowerError');
+  assertFinding(second.results[0], 'NvidiaClockSlowdown');
+  assertFinding(second.results[1], 'NvidiaThermalError');
+  assertFinding(second.results[2], 'NvidiaPowerError');
   const cleared = checkClockEvents(ctx, sample({ clocksEventReasons: 0 }), second.next);
   assert.deepEqual(cleared.next, { slowdown: 0, thermal: 0, power: 0 });
-  const once = checkClockEvents({ ...ctx, cfg: gpuConfigSchema.parse({ thresholds: { clockEventPolls: 1 } }) }, sample({ clocksEventReasons: 0x8 }), initialCheckState().clockStreak);
-  assert.equal(once.results[0]!.status, 'fail');
+  const once = checkClockEvents(
+    { ...ctx, cfg: gpuConfigSchema.parse({ thresholds: { clockEventPolls: 1 } }) },
+    sample({ clocksEventReasons: 0x8 }),
+    initialCheckState().clockStreak,
+  );
+  assert.equal(once.results[0].status, 'fail');
 });
 
 test("temperature against the GPU's own thresholds", () => {
@@ -160,11 +204,43 @@ test('NVLink error counters: replay/recovery growth, CRC rate', () => {
   const s0 = sample();
   const base = checkNvLinkErrors(ctx, s0, null);
   assert.equal(base.result.status, 'skip');
-  const grew = checkNvLinkErrors({ ...ctx, now: ctx.now + 60_000 }, sample({ nvlink: { active: [true, true, true, true], counters: [[1, 0, 0, 0], [0, 0, 5, 0], [0, 0, 0, 0], null] } }), base.next);
+  const grew = checkNvLinkErrors(
+    { ...ctx, now: ctx.now + 60_000 },
+    sample({ nvlink: { active: [true, true, true, true], counters: [[1, 0, 0, 0], [0, 0, 5, 0], [0, 0, 0, 0], null] } }),
+    base.next,
+  );
   assertFinding(grew.result, 'NvidiaNVLinkErrorCounters');
-  const crcOnly = checkNvLinkErrors({ ...ctx, now: ctx.now + 60_000 }, sample({ nvlink: { active: [true, true, true, true], counters: [[0, 0, 50, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]] } }), base.next);
+  const crcOnly = checkNvLinkErrors(
+    { ...ctx, now: ctx.now + 60_000 },
+    sample({
+      nvlink: {
+        active: [true, true, true, true],
+        counters: [
+          [0, 0, 50, 0],
+          [0, 0, 0, 0],
+          [0, 0, 0, 0],
+          [0, 0, 0, 0],
+        ],
+      },
+    }),
+    base.next,
+  );
   assert.equal(crcOnly.result.status, 'ok'); // < 100/s
-  const crcStorm = checkNvLinkErrors({ ...ctx, now: ctx.now + 10_000 }, sample({ nvlink: { active: [true, true, true, true], counters: [[0, 0, 2_000, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]] } }), base.next);
+  const crcStorm = checkNvLinkErrors(
+    { ...ctx, now: ctx.now + 10_000 },
+    sample({
+      nvlink: {
+        active: [true, true, true, true],
+        counters: [
+          [0, 0, 2_000, 0],
+          [0, 0, 0, 0],
+          [0, 0, 0, 0],
+          [0, 0, 0, 0],
+        ],
+      },
+    }),
+    base.next,
+  );
   assert.equal(crcStorm.result.status, 'fail');
 });
 
@@ -174,16 +250,33 @@ test('recovery action and InfoROM', () => {
   assert.equal(checkRecoveryAction(ctx, sample({ recoveryAction: 3 })).status, 'ok');
   assert.equal(checkRecoveryAction(ctx, sample({ recoveryAction: null })).status, 'skip');
   assertFinding(checkInforom(ctx, sample({ inforom: 'corrupted' })), 'NvidiaInfoROMCorrupted');
-  assert.equal(checkInforom(ctx, sample({ inforom: null, errors: [{ fn: 'nvmlDeviceValidateInforom', rc: 999 }] })).message.includes('UNKNOWN'), true);
+  assert.equal(
+    checkInforom(ctx, sample({ inforom: null, errors: [{ fn: 'nvmlDeviceValidateInforom', rc: 999 }] })).message.includes('UNKNOWN'),
+    true,
+  );
 });
 
 test('evaluateGpu runs every check and carries state forward', () => {
   const { results, state } = evaluateGpu(gpu, sample({ eccUncorrectedVolatile: 2 }), initialCheckState(), cfg, ctx.now);
-  assert.deepEqual(results.map((r) => r.check), [
-    'rowRemapFailure', 'rowRemapPending', 'retiredPages', 'eccUncorrected', 'pcieReplay', 'pcieLinkWidth',
-    'clockHwSlowdown', 'clockHwThermal', 'clockHwPowerBrake', 'temperature', 'nvlinkState', 'nvlinkErrors',
-    'recoveryAction', 'inforom',
-  ]);
+  assert.deepEqual(
+    results.map((r) => r.check),
+    [
+      'rowRemapFailure',
+      'rowRemapPending',
+      'retiredPages',
+      'eccUncorrected',
+      'pcieReplay',
+      'pcieLinkWidth',
+      'clockHwSlowdown',
+      'clockHwThermal',
+      'clockHwPowerBrake',
+      'temperature',
+      'nvlinkState',
+      'nvlinkErrors',
+      'recoveryAction',
+      'inforom',
+    ],
+  );
   assert.equal(state.ecc, 2);
   const next = evaluateGpu(gpu, sample({ eccUncorrectedVolatile: 3 }), state, cfg, ctx.now + 1000);
   assert.equal(next.results.find((r) => r.check === 'eccUncorrected')?.status, 'fail');
@@ -205,24 +298,33 @@ test('device count, timeouts and lost GPUs', () => {
 
 test('Xid events use the fatal-Xid table and the kernel-log entity', () => {
   const ev = (eventType: number, eventData = 0, extra: Partial<NvmlEvent> = {}): NvmlEvent => ({
-    index: 2, uuid: 'GPU-2222', busId: '00000000:B3:00.0', eventType, eventData, gpuInstanceId: 0xffffffff, computeInstanceId: 0xffffffff, recoveryAction: null, at: 7, ...extra,
+    index: 2,
+    uuid: 'GPU-2222',
+    busId: '00000000:B3:00.0',
+    eventType,
+    eventData,
+    gpuInstanceId: 0xffffffff,
+    computeInstanceId: 0xffffffff,
+    recoveryAction: null,
+    at: 7,
+    ...extra,
   });
   const [f48] = eventFindings(ev(8, 48), gpu, cfg);
-  assert.equal(f48!.reason, 'NvidiaXID48Error');
-  assert.equal(f48!.entity, 'gpu:0000:b3:00');
-  assert.deepEqual(f48!.attrs, { index: 2, uuid: 'GPU-2222', pci: '0000:b3:00', xid: 48 });
-  assert.match(f48!.message, /GPU-2222/);
-  assert.equal(lookupReason(f48!.reason)?.severity, 'Fatal');
-  assert.equal(eventFindings(ev(8, 13), gpu, cfg)[0]!.reason, 'NvidiaXID13Warning');
-  assert.equal(eventFindings(ev(8, 63), gpu, cfg)[0]!.reason, 'NvidiaXID63Warning');
-  assert.equal(eventFindings(ev(8, 13), gpu, gpuConfigSchema.parse({ fatalXids: [13] }))[0]!.reason, 'NvidiaXID13Error');
-  assert.match(eventFindings(ev(8, 999), gpu, cfg)[0]!.message, /unknown Xid/);
-  assert.equal(eventFindings(ev(2), gpu, cfg)[0]!.reason, 'NvidiaDoubleBitError');
-  assert.equal(eventFindings(ev(0x800), gpu, cfg)[0]!.reason, 'NvidiaRowRemapFailure');
-  assert.equal(eventFindings(ev(0x4000), gpu, cfg)[0]!.reason, 'NvidiaGPULost');
-  assert.equal(eventFindings(ev(0x8000, 0, { recoveryAction: 2 }), gpu, cfg)[0]!.reason, 'NvidiaRecoveryActionRequired');
+  assert.equal(f48.reason, 'NvidiaXID48Error');
+  assert.equal(f48.entity, 'gpu:0000:b3:00');
+  assert.deepEqual(f48.attrs, { index: 2, uuid: 'GPU-2222', pci: '0000:b3:00', xid: 48 });
+  assert.match(f48.message, /GPU-2222/);
+  assert.equal(lookupReason(f48.reason)?.severity, 'Fatal');
+  assert.equal(eventFindings(ev(8, 13), gpu, cfg)[0].reason, 'NvidiaXID13Warning');
+  assert.equal(eventFindings(ev(8, 63), gpu, cfg)[0].reason, 'NvidiaXID63Warning');
+  assert.equal(eventFindings(ev(8, 13), gpu, gpuConfigSchema.parse({ fatalXids: [13] }))[0].reason, 'NvidiaXID13Error');
+  assert.match(eventFindings(ev(8, 999), gpu, cfg)[0].message, /unknown Xid/);
+  assert.equal(eventFindings(ev(2), gpu, cfg)[0].reason, 'NvidiaDoubleBitError');
+  assert.equal(eventFindings(ev(0x800), gpu, cfg)[0].reason, 'NvidiaRowRemapFailure');
+  assert.equal(eventFindings(ev(0x4000), gpu, cfg)[0].reason, 'NvidiaGPULost');
+  assert.equal(eventFindings(ev(0x8000, 0, { recoveryAction: 2 }), gpu, cfg)[0].reason, 'NvidiaRecoveryActionRequired');
   assert.deepEqual(eventFindings(ev(0x8000, 0, { recoveryAction: 0 }), gpu, cfg), []);
   assert.deepEqual(eventFindings(ev(0x1), gpu, cfg), []);
-  const mig = eventFindings(ev(8, 31, { gpuInstanceId: 1, computeInstanceId: 0 }), gpu, cfg)[0]!;
+  const mig = eventFindings(ev(8, 31, { gpuInstanceId: 1, computeInstanceId: 0 }), gpu, cfg)[0];
   assert.equal(mig.attrs?.gpuInstance, 1);
 });

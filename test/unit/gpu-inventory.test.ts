@@ -24,10 +24,13 @@ test('detectNvidiaPciFunctions counts NVIDIA display/3D controllers only', async
   try {
     makeSysfs(dir, 3);
     const found = await detectNvidiaPciFunctions(dir);
-    assert.deepEqual(found.map((f) => f.pci), ['0000:18:00', '0000:28:00', '0000:38:00']);
-    assert.equal(found[0]!.address, '0000:18:00.0');
-    assert.equal(found[0]!.class, '0x030200');
-    assert.equal(found[0]!.device, '0x2330');
+    assert.deepEqual(
+      found.map((f) => f.pci),
+      ['0000:18:00', '0000:28:00', '0000:38:00'],
+    );
+    assert.equal(found[0].address, '0000:18:00.0');
+    assert.equal(found[0].class, '0x030200');
+    assert.equal(found[0].device, '0x2330');
     assert.deepEqual(await detectNvidiaPciFunctions(join(dir, 'nowhere')), []);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -37,7 +40,14 @@ test('detectNvidiaPciFunctions counts NVIDIA display/3D controllers only', async
 test('GpuInventory looks GPUs up by any PCI spelling, UUID and index', () => {
   const inv = GpuInventory.fromPoll(
     [
-      { index: 0, handleRc: 0, identity: { index: 0, uuid: 'GPU-a', name: 'H100', busId: '00000000:18:00.0', serial: 's0' }, gone: null, sample: null, skipped: false },
+      {
+        index: 0,
+        handleRc: 0,
+        identity: { index: 0, uuid: 'GPU-a', name: 'H100', busId: '00000000:18:00.0', serial: 's0' },
+        gone: null,
+        sample: null,
+        skipped: false,
+      },
       { index: 1, handleRc: 15, identity: null, gone: { fn: 'nvmlDeviceGetHandleByIndex_v2', rc: 15 }, sample: null, skipped: false },
     ],
     '550.54.15',
@@ -49,7 +59,9 @@ test('GpuInventory looks GPUs up by any PCI spelling, UUID and index', () => {
   assert.equal(inv.byPci('0000:99:00'), undefined);
   // A GPU NVML cannot name keeps an index entity, or what an earlier inventory knew.
   assert.equal(entityOf(inv.byIndex(1)!), 'gpu:nvml-index-1');
-  const before = new GpuInventory([{ index: 1, uuid: 'GPU-b', name: null, pci: '0000:28:00', busId: null, serial: null, driverVersion: null }]);
+  const before = new GpuInventory([
+    { index: 1, uuid: 'GPU-b', name: null, pci: '0000:28:00', busId: null, serial: null, driverVersion: null },
+  ]);
   const after = GpuInventory.fromPoll([{ index: 1, handleRc: 15, identity: null, gone: null, sample: null, skipped: false }], null, before);
   assert.equal(entityOf(after.byIndex(1)!), 'gpu:0000:28:00');
   assert.ok(after.sameAs(before));
@@ -65,7 +77,13 @@ test('gpuConfigSchema has a default for every option and takes duration strings'
   assert.deepEqual(d.fatalXids, [46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158]);
   assert.equal(d.thresholds.clockEventPolls, 2);
   assert.equal(d.thresholds.pcieReplayPerLanePerMinute['5'], 1.9375);
-  const c = gpuConfigSchema.parse({ pollInterval: '1m', watchdog: '3s', eventWait: '200ms', expectedCount: 8, thresholds: { clockEventPolls: 1 } });
+  const c = gpuConfigSchema.parse({
+    pollInterval: '1m',
+    watchdog: '3s',
+    eventWait: '200ms',
+    expectedCount: 8,
+    thresholds: { clockEventPolls: 1 },
+  });
   assert.equal(c.pollInterval, 60_000);
   assert.equal(c.watchdog, 3_000);
   assert.equal(c.eventWait, 200);

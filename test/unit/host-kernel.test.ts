@@ -18,7 +18,7 @@ test('limits: PID and file-handle headroom', async () => {
   assert.deepEqual(cleared(ok), ['ApproachingKernelPidMax', 'ApproachingMaxOpenFiles']);
   const bad = await c.run(ctx(fx('faulty')));
   assert.deepEqual(found(bad), ['ApproachingKernelPidMax', 'ApproachingMaxOpenFiles']);
-  assert.equal(bad.findings[0]!.attrs?.limit, 1_000_000, 'the lower of pid_max and threads-max');
+  assert.equal(bad.findings[0].attrs?.limit, 1_000_000, 'the lower of pid_max and threads-max');
   assert.equal((await c.run(ctx(fx('empty')))).status, 'skipped');
 });
 
@@ -29,7 +29,7 @@ test('zombies: reported after two consecutive polls at or above the threshold', 
   assert.deepEqual([found(first), cleared(first)], [[], []], 'one poll is pending, neither bad nor healthy');
   const second = await c.run(ctx(fx('faulty')));
   assert.deepEqual(found(second), ['ExcessiveZombieProcesses']);
-  assert.equal(second.findings[0]!.attrs?.zombies, 25);
+  assert.equal(second.findings[0].attrs?.zombies, 25);
   assert.deepEqual(cleared(await c.run(ctx(fx('healthy')))), ['ExcessiveZombieProcesses']);
 });
 
@@ -49,8 +49,8 @@ test('warnings: rate of /sys/kernel/warn_count; first poll is a baseline', async
   assert.deepEqual(cleared(await c.run(ctx(fx('healthy-later')))), ['RepeatedKernelWarnings']); // +1 < 3
   const bad = await c.run(ctx(fx('faulty'))); // +7
   assert.deepEqual(found(bad), ['RepeatedKernelWarnings']);
-  assert.equal(bad.findings[0]!.attrs?.warnings, 7);
-  assert.equal(bad.findings[0]!.source, 'sysfs');
+  assert.equal(bad.findings[0].attrs?.warnings, 7);
+  assert.equal(bad.findings[0].source, 'sysfs');
 });
 
 const ring = (lines: string[]) => lines.join('\n') + '\n';
@@ -58,14 +58,20 @@ const W = (ts: string) => `<4>[${ts}] WARNING: CPU: 3 PID: 1234 at drivers/foo/b
 
 test('warnings: kernel log fallback counts WARNING lines newer than the last poll', async () => {
   const first = ring(['<6>[    1.000000] hello', W('    2.000000'), '<6>[    3.000000] later']);
-  const second = ring([first.trim(), W('    4.000000'), '<4>[    4.100000] ------------[ cut here ]------------', W('    5.000000'), W('    6.000000')]);
+  const second = ring([
+    first.trim(),
+    W('    4.000000'),
+    '<4>[    4.100000] ------------[ cut here ]------------',
+    W('    5.000000'),
+    W('    6.000000'),
+  ]);
   const c = check(kernelChecks(cfg, fakeSys(undefined, [first, second, second])), 'kernel.warnings');
   const root = fx('empty'); // no /sys/kernel/warn_count, as on Linux < 6.2
   assert.deepEqual(found(await c.run(ctx(root))), []);
   const bad = await c.run(ctx(root));
   assert.deepEqual(found(bad), ['RepeatedKernelWarnings']);
-  assert.equal(bad.findings[0]!.attrs?.warnings, 3);
-  assert.equal(bad.findings[0]!.source, 'kmsg');
+  assert.equal(bad.findings[0].attrs?.warnings, 3);
+  assert.equal(bad.findings[0].source, 'kmsg');
   assert.deepEqual(cleared(await c.run(ctx(root))), ['RepeatedKernelWarnings'], 'nothing new');
   assert.equal((await c.run(ctx(root))).status, 'skipped', 'no kernel log access');
 });

@@ -18,17 +18,26 @@ test('config: every field has a default; durations, regexes and budgets are vali
   assert.deepEqual(cfg.kernel.checks.limits, { enabled: true, intervalMs: 300_000, budgetMs: 10_000 });
   assert.equal(cfg.networking.checks.interfaces.intervalMs, 300_000);
   assert.equal(cfg.storage.checks.iodelay.intervalMs, 600_000);
-  const custom = hostMonitorsConfigSchema.parse({ storage: { checks: { diskstats: { interval: '30s', budget: '2s' } }, ioLatency: '250ms' } });
+  const custom = hostMonitorsConfigSchema.parse({
+    storage: { checks: { diskstats: { interval: '30s', budget: '2s' } }, ioLatency: '250ms' },
+  });
   assert.deepEqual(custom.storage.checks.diskstats, { enabled: true, intervalMs: 30_000, budgetMs: 2_000 });
   assert.equal(custom.storage.ioLatency, 250);
   assert.throws(() => hostMonitorsConfigSchema.parse({ networking: { excludedInterfaces: ['(('] } }), /bad regular expression/);
-  assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: '1s', budget: '5s' } } } }), /budget <= interval/);
+  assert.throws(
+    () => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: '1s', budget: '5s' } } } }),
+    /budget <= interval/,
+  );
   assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: 'soon' } } } }), /not a duration/);
   assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { pidMax: 1 } }), /pidMax/);
 });
 
 test('enabled flags select monitors and checks', () => {
-  const cfg = hostMonitorsConfigSchema.parse({ storage: { enabled: false }, runtime: { enabled: false }, kernel: { checks: { clock: { enabled: false } } } });
+  const cfg = hostMonitorsConfigSchema.parse({
+    storage: { enabled: false },
+    runtime: { enabled: false },
+    kernel: { checks: { clock: { enabled: false } } },
+  });
   const names = new HostMonitors(cfg).checks.map((c) => c.name);
   assert.deepEqual(names, [
     'kernel.limits',
@@ -46,13 +55,23 @@ test('a faulty host: findings reach the sink and every reason is in the catalog'
   const root = fx('faulty');
   const sink = new RecordingSink();
   const registry = new Registry();
-  const cfg = hostMonitorsConfigSchema.parse({ hostRoot: root, networking: { consecutivePolls: 1 }, kernel: { zombieConsecutivePolls: 1 } });
-  const hm = new HostMonitors(cfg, { registry, deps: { kernel, statfs, exec: fakeExec({ root }), lookup: async () => 'ENOTFOUND', env: {} } });
+  const cfg = hostMonitorsConfigSchema.parse({
+    hostRoot: root,
+    networking: { consecutivePolls: 1 },
+    kernel: { zombieConsecutivePolls: 1 },
+  });
+  const hm = new HostMonitors(cfg, {
+    registry,
+    deps: { kernel, statfs, exec: fakeExec({ root }), lookup: async () => 'ENOTFOUND', env: {} },
+  });
   hm.start(sink);
   const records = await hm.runOnce();
   await hm.stop();
   assert.equal(records.length, 15);
-  assert.ok(records.every((r) => r.status !== 'error' && r.status !== 'timeout'), JSON.stringify(records.map((r) => [r.name, r.status])));
+  assert.ok(
+    records.every((r) => r.status !== 'error' && r.status !== 'timeout'),
+    JSON.stringify(records.map((r) => [r.name, r.status])),
+  );
   const reasons = new Set(sink.findings.map((f) => f.reason));
   for (const r of reasons) assert.ok(lookupReason(r), `${r} is not in the catalog`);
   for (const expected of [
@@ -81,11 +100,14 @@ test('an overrunning check is reported as MonitorCheckTimeout and its late repor
   const sink = new RecordingSink();
   let release!: (v: undefined) => void;
   const hang = { timex: () => new Promise<undefined>((r) => (release = r)), klog: async () => undefined };
-  const cfg = hostMonitorsConfigSchema.parse({ hostRoot: fx('healthy'), kernel: { checks: { clock: { interval: '1m', budget: '20ms' } } } });
+  const cfg = hostMonitorsConfigSchema.parse({
+    hostRoot: fx('healthy'),
+    kernel: { checks: { clock: { interval: '1m', budget: '20ms' } } },
+  });
   const hm = new HostMonitors(cfg, { deps: { kernel: hang } });
   hm.start(sink);
   const [rec] = await hm.scheduler.runAll(['kernel.clock']);
-  assert.equal(rec!.status, 'timeout');
+  assert.equal(rec.status, 'timeout');
   assert.deepEqual(
     sink.findings.map((f) => [f.reason, f.entity, f.source]),
     [['MonitorCheckTimeout', 'check:kernel.clock', 'engine']],

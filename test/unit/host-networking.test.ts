@@ -34,7 +34,10 @@ test('interfaces: no carrier / not running reported on the second consecutive po
 });
 
 test('interfaces: the exclusion list is configurable', async () => {
-  const c = check(networkingChecks(networkingConfigSchema.parse({ excludedInterfaces: ['^eth2$'], consecutivePolls: 1 })), 'networking.interfaces');
+  const c = check(
+    networkingChecks(networkingConfigSchema.parse({ excludedInterfaces: ['^eth2$'], consecutivePolls: 1 })),
+    'networking.interfaces',
+  );
   assert.deepEqual(found(await c.run(ctx(fx('faulty')))), ['InterfaceNotUp netif:eth0', 'MissingLoopbackInterface']);
 });
 
@@ -54,7 +57,10 @@ test('ena: ethtool -S only for ENA interfaces; allowance counters through token 
   const t0 = 1_700_000_000_000;
   const base = await c.run(ctx(at.root, t0));
   assert.deepEqual([found(base), cleared(base)], [[], []], 'first sample is a baseline');
-  assert.deepEqual(calls, [['ethtool', '-S', 'eth0'], ['ethtool', '-S', 'eth1']]);
+  assert.deepEqual(calls, [
+    ['ethtool', '-S', 'eth0'],
+    ['ethtool', '-S', 'eth1'],
+  ]);
   at.root = fx('healthy-later');
   const ok = await c.run(ctx(at.root, t0 + 300_000)); // bw_in +10 is within its burst of 180
   assert.deepEqual(found(ok), []);
@@ -62,7 +68,14 @@ test('ena: ethtool -S only for ENA interfaces; allowance counters through token 
   at.root = fx('faulty');
   calls.length = 0;
   const bad = await c.run(ctx(at.root, t0 + 600_000));
-  assert.deepEqual(calls, [['ethtool', '-S', 'eth0'], ['ethtool', '-S', 'eth1']], 'eth2 (virtio_net) is never spawned for');
+  assert.deepEqual(
+    calls,
+    [
+      ['ethtool', '-S', 'eth0'],
+      ['ethtool', '-S', 'eth1'],
+    ],
+    'eth2 (virtio_net) is never spawned for',
+  );
   assert.deepEqual(found(bad), ['BandwidthInExceeded netif:eth0', 'LinkLocalExceeded netif:eth0', 'PPSExceeded netif:eth0']);
   assert.ok(bad.findings.every((f) => f.source === 'exec'));
   assert.equal((await c.run(ctx(fx('empty')))).status, 'skipped');
@@ -83,7 +96,7 @@ test('rdma: port state and error counter growth', async () => {
   assert.deepEqual(cleared(await c.run(ctx(fx('healthy-later')))), ['RDMAPortDown netif:mlx5_0/1', 'RDMAPortErrors netif:mlx5_0/1']);
   const bad = await c.run(ctx(fx('faulty')));
   assert.deepEqual(found(bad), ['RDMAPortErrors netif:mlx5_0/1'], 'link_downed +5; symbol_error +3 is under its 10');
-  assert.match(bad.findings[0]!.message, /link_downed \+5/);
+  assert.match(bad.findings[0].message, /link_downed \+5/);
   const bad2 = await c.run(ctx(fx('faulty')));
   assert.deepEqual(found(bad2), ['RDMAPortDown netif:mlx5_0/1']);
   assert.deepEqual(cleared(bad2), ['RDMAPortErrors netif:mlx5_0/1']);
@@ -98,8 +111,15 @@ test('dns: API server name from config, service env or kubelet kubeconfig; IPs a
   const c = check(networkingChecks(cfg, { lookup: failing, env: { KUBERNETES_SERVICE_HOST: '10.100.0.1' } }), 'networking.dns');
   const bad = await c.run(ctx(fx('healthy')));
   assert.deepEqual(found(bad), ['DNSResolutionFailed']);
-  assert.deepEqual(asked, ['abcdef.gr7.us-west-2.eks.amazonaws.com', 'abcdef.gr7.us-west-2.eks.amazonaws.com'], 'kubeconfig server (URL lower-cases it), two attempts');
-  const byEnv = check(networkingChecks(cfg, { lookup: async () => undefined, env: { KUBERNETES_SERVICE_HOST: 'api.example.internal' } }), 'networking.dns');
+  assert.deepEqual(
+    asked,
+    ['abcdef.gr7.us-west-2.eks.amazonaws.com', 'abcdef.gr7.us-west-2.eks.amazonaws.com'],
+    'kubeconfig server (URL lower-cases it), two attempts',
+  );
+  const byEnv = check(
+    networkingChecks(cfg, { lookup: async () => undefined, env: { KUBERNETES_SERVICE_HOST: 'api.example.internal' } }),
+    'networking.dns',
+  );
   assert.deepEqual(cleared(await byEnv.run(ctx(fx('empty')))), ['DNSResolutionFailed']);
   const none = check(networkingChecks(cfg, { lookup: failing, env: {} }), 'networking.dns');
   assert.equal((await none.run(ctx(fx('empty')))).status, 'skipped');

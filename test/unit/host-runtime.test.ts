@@ -34,8 +34,8 @@ test('kubelet: healthz ok, unhealthy, hung, and absent', async (t) => {
   assert.deepEqual(cleared(await kubelet(ok.url).run(ctx('/'))), ['KubeletUnhealthy unit:kubelet.service']);
   const bad = await kubelet(sick.url).run(ctx('/'));
   assert.deepEqual(found(bad), ['KubeletUnhealthy unit:kubelet.service']);
-  assert.match(bad.findings[0]!.message, /HTTP 500/);
-  assert.match((await kubelet(hung.url).run(ctx('/'))).findings[0]!.message, /no answer within 200ms/);
+  assert.match(bad.findings[0].message, /HTTP 500/);
+  assert.match((await kubelet(hung.url).run(ctx('/'))).findings[0].message, /no answer within 200ms/);
   // Nothing listening: a port we just closed.
   const gone = await listen((_req, res) => res.end('ok'));
   await gone.close();
@@ -43,7 +43,8 @@ test('kubelet: healthz ok, unhealthy, hung, and absent', async (t) => {
   assert.deepEqual(found(await kubelet(gone.url, { required: true }).run(ctx('/'))), ['KubeletUnhealthy unit:kubelet.service']);
 });
 
-const containerd = (extra: object = {}) => check(runtimeChecks(runtimeConfigSchema.parse({ containerd: { timeout: 300, ...extra } })), 'runtime.containerd');
+const containerd = (extra: object = {}) =>
+  check(runtimeChecks(runtimeConfigSchema.parse({ containerd: { timeout: 300, ...extra } })), 'runtime.containerd');
 
 test('containerd: CRI Version over the socket; hung, stale and absent sockets', async (t) => {
   const root = mkdtempSync(path.join(tmpdir(), 'vigil-cri-'));
@@ -69,12 +70,12 @@ test('containerd: CRI Version over the socket; hung, stale and absent sockets', 
   await new Promise<void>((r) => hung.listen(sock, r));
   const r = await containerd().run(ctx(root));
   assert.deepEqual(found(r), ['ContainerRuntimeUnresponsive unit:containerd.service']);
-  assert.match(r.findings[0]!.message, /no answer within 300ms/);
+  assert.match(r.findings[0].message, /no answer within 300ms/);
   for (const s of conns) s.destroy(); // never read from, so close() would not see them end
   await new Promise<void>((r) => hung.close(() => r()));
 
   writeFileSync(sock, ''); // left behind by a dead containerd: connect is refused
-  assert.match((await containerd().run(ctx(root))).findings[0]!.message, /refused/);
+  assert.match((await containerd().run(ctx(root))).findings[0].message, /refused/);
   rmSync(sock);
   assert.equal((await containerd().run(ctx(root))).status, 'skipped');
   assert.deepEqual(found(await containerd({ required: true }).run(ctx(root))), ['ContainerRuntimeUnresponsive unit:containerd.service']);
@@ -86,8 +87,22 @@ test('units: failed kubelet/containerd and repeated restarts (NRestarts > 3 and 
   const c = check(runtimeChecks(runtimeConfigSchema.parse({}), { exec: fakeExec(at, calls) }), 'runtime.units');
   const base = await c.run(ctx(at.root));
   assert.deepEqual(found(base), []);
-  assert.deepEqual(cleared(base), ['ContainerRuntimeFailed unit:containerd.service', 'KubeletFailed unit:kubelet.service'], 'restart counts need a second sample');
-  assert.deepEqual(calls[0], ['systemctl', 'show', '-p', 'Id,LoadState,ActiveState,SubState,NRestarts', '--', 'kubelet.service', 'containerd.service', 'nvidia-persistenced.service', 'nvidia-fabricmanager.service']);
+  assert.deepEqual(
+    cleared(base),
+    ['ContainerRuntimeFailed unit:containerd.service', 'KubeletFailed unit:kubelet.service'],
+    'restart counts need a second sample',
+  );
+  assert.deepEqual(calls[0], [
+    'systemctl',
+    'show',
+    '-p',
+    'Id,LoadState,ActiveState,SubState,NRestarts',
+    '--',
+    'kubelet.service',
+    'containerd.service',
+    'nvidia-persistenced.service',
+    'nvidia-fabricmanager.service',
+  ]);
   at.root = fx('healthy-later');
   const ok = await c.run(ctx(at.root));
   assert.deepEqual(found(ok), [], 'containerd at 5 restarts, unchanged');
@@ -110,7 +125,10 @@ test('units: under a host root, systemctl talks to the host bus', async () => {
   await check(runtimeChecks(runtimeConfigSchema.parse({}), { exec }), 'runtime.units').run(ctx(fx('healthy')));
   assert.equal(env?.DBUS_SYSTEM_BUS_ADDRESS, `unix:path=${fx('healthy')}/run/dbus/system_bus_socket`);
   const failing: ExecFn = async () => ({ code: 1, stdout: '', stderr: 'Failed to connect to bus', truncated: false, timedOut: false });
-  await assert.rejects(check(runtimeChecks(runtimeConfigSchema.parse({}), { exec: failing }), 'runtime.units').run(ctx(fx('healthy'))), /Failed to connect/);
+  await assert.rejects(
+    check(runtimeChecks(runtimeConfigSchema.parse({}), { exec: failing }), 'runtime.units').run(ctx(fx('healthy'))),
+    /Failed to connect/,
+  );
 });
 
 test('restart reasons follow the EKS names and exist in the catalog', () => {

@@ -9,13 +9,15 @@ import { check, cleared, ctx, found, fx } from './host-helpers.ts';
 
 const cfg = storageConfigSchema.parse({});
 /** statfs stand-in: `used` fraction of blocks and inodes. */
-const fakeStatfs = (used: number, inodes = used): StatfsFn => async () => ({
-  blocks: 1000,
-  bfree: 1000 - used * 1000,
-  bavail: 1000 - used * 1000,
-  files: 100,
-  ffree: 100 - inodes * 100,
-});
+const fakeStatfs =
+  (used: number, inodes = used): StatfsFn =>
+  async () => ({
+    blocks: 1000,
+    bfree: 1000 - used * 1000,
+    bavail: 1000 - used * 1000,
+    files: 100,
+    ffree: 100 - inodes * 100,
+  });
 
 test('filesystems: healthy mounts clear read-only and usage reasons, per mount', async () => {
   const c = check(storageChecks(cfg, { statfs: fakeStatfs(0.5) }), 'storage.filesystems');
@@ -69,7 +71,9 @@ test('filesystems: falls back to our own mountinfo, whose mount points carry the
 });
 
 test('mountinfo parsing and longest-prefix lookup', () => {
-  const m = parseMountinfo('36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n1 0 8:1 / / ro - ext4 /dev/sda1 rw\n');
+  const m = parseMountinfo(
+    '36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n1 0 8:1 / / ro - ext4 /dev/sda1 rw\n',
+  );
   assert.deepEqual(m, [
     { mountPoint: '/mnt/with space', fsType: 'ext3', source: '/dev/root', readOnly: false },
     { mountPoint: '/', fsType: 'ext4', source: '/dev/sda1', readOnly: true },
@@ -87,7 +91,7 @@ test('diskstats: average latency per I/O over the window, whole disks only', asy
   await c2.run(ctx(fx('healthy')));
   const bad = await c2.run(ctx(fx('faulty'))); // +1000 I/Os, +798000 ms
   assert.deepEqual(found(bad), ['DiskIOLatencyHigh blockdev:nvme0n1']);
-  assert.equal(bad.findings[0]!.attrs?.avgMs, 798);
+  assert.equal(bad.findings[0].attrs?.avgMs, 798);
   const few = check(storageChecks(storageConfigSchema.parse({ ioLatencyMinIos: 5000 })), 'storage.diskstats');
   await few.run(ctx(fx('healthy')));
   assert.deepEqual(found(await few.run(ctx(fx('faulty')))), [], 'too few I/Os to judge');

@@ -15,10 +15,13 @@ const UPTIME_MS = 600_000;
 function device(records: string[]): KmsgIo {
   let i = 0;
   return {
-    open: () => { i = 0; return 7; },
+    open: () => {
+      i = 0;
+      return 7;
+    },
     read: (_fd, buf) => {
       if (i >= records.length) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-      return buf.write(records[i++]!);
+      return buf.write(records[i++]);
     },
     close: () => {},
   };
@@ -47,9 +50,12 @@ test('records become findings stamped with the record time; the cursor is report
   const { out, findings } = sink();
   m.start(out);
   await m.stop();
-  assert.deepEqual(findings.map((f) => f.reason), ['NvidiaXID48Error', 'SoftLockup', 'FilesystemReadOnly']);
-  assert.equal(findings[0]!.at, NOW - 60_000, 'a record from a minute ago is a finding from a minute ago');
-  assert.equal(findings[0]!.entity, 'gpu:0000:b3:00');
+  assert.deepEqual(
+    findings.map((f) => f.reason),
+    ['NvidiaXID48Error', 'SoftLockup', 'FilesystemReadOnly'],
+  );
+  assert.equal(findings[0].at, NOW - 60_000, 'a record from a minute ago is a finding from a minute ago');
+  assert.equal(findings[0].entity, 'gpu:0000:b3:00');
   assert.deepEqual(cursors, [{ bootId: 'boot-a', seq: 12 }]);
   assert.deepEqual(m.cursor(), { bootId: 'boot-a', seq: 12 }, 'the cursor survives stop() for the final save');
   assert.equal(m.name, 'kernel-log');
@@ -63,27 +69,50 @@ test('kernelOnly ignores records written from user space (facility > 0)', async 
   const { out, findings } = sink();
   m.start(out);
   await m.stop();
-  assert.deepEqual(findings.map((f) => f.reason), ['NvidiaXID48Error', 'FilesystemReadOnly']);
+  assert.deepEqual(
+    findings.map((f) => f.reason),
+    ['NvidiaXID48Error', 'FilesystemReadOnly'],
+  );
 });
 
 test('the initial cursor is passed on; NPD condition types are exposed for the engine', async () => {
-  const npd = [loadNpdConfig(path.join(FIXTURES, 'npd-kernel-monitor.json')), loadNpdConfig(path.join(FIXTURES, 'npd-readonly-monitor.json'))];
+  const npd = [
+    loadNpdConfig(path.join(FIXTURES, 'npd-kernel-monitor.json')),
+    loadNpdConfig(path.join(FIXTURES, 'npd-readonly-monitor.json')),
+  ];
   const m = new KernelLogMonitor({
     cursor: { bootId: 'boot-a', seq: 11 },
     reader: { io: device(records), bootId: 'boot-a', uptimeMs: () => UPTIME_MS, now: () => NOW, wait: 'interval' },
     classifier: { npd },
   });
   assert.deepEqual(m.cursor(), { bootId: 'boot-a', seq: 11 });
-  assert.deepEqual(m.npdConditions.map((c) => c.type), ['KernelDeadlock', 'XfsShutdown', 'CperHardwareErrorFatal', 'ReadonlyFilesystem']);
+  assert.deepEqual(
+    m.npdConditions.map((c) => c.type),
+    ['KernelDeadlock', 'XfsShutdown', 'CperHardwareErrorFatal', 'ReadonlyFilesystem'],
+  );
   const { out, findings } = sink();
   m.start(out);
   await m.stop();
-  assert.deepEqual(findings.map((f) => f.reason), ['FilesystemReadOnly', 'FilesystemIsReadOnly'], 'seq 10 and 11 are not replayed');
+  assert.deepEqual(
+    findings.map((f) => f.reason),
+    ['FilesystemReadOnly', 'FilesystemIsReadOnly'],
+    'seq 10 and 11 are not replayed',
+  );
 });
 
 test('start() throws when the device cannot be opened', () => {
   const m = new KernelLogMonitor({
-    reader: { io: { open: () => { throw new Error('EACCES: /dev/kmsg'); }, read: () => 0, close: () => {} }, bootId: 'b', uptimeMs: () => 1 },
+    reader: {
+      io: {
+        open: () => {
+          throw new Error('EACCES: /dev/kmsg');
+        },
+        read: () => 0,
+        close: () => {},
+      },
+      bootId: 'b',
+      uptimeMs: () => 1,
+    },
   });
   assert.throws(() => m.start(sink().out), /EACCES/);
   assert.equal(m.cursor(), undefined);

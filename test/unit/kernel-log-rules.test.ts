@@ -9,7 +9,9 @@ import { lookupReason } from '../../src/catalog/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const fixture = (name: string) =>
-  readFileSync(path.join(FIXTURES, name), 'utf8').split('\n').filter((l) => l !== '' && !l.startsWith('#'));
+  readFileSync(path.join(FIXTURES, name), 'utf8')
+    .split('\n')
+    .filter((l) => l !== '' && !l.startsWith('#'));
 
 const T0 = 1_700_000_000_000;
 const one = (message: string, c = new KernelLogClassifier()) => c.classify({ message }, T0);
@@ -21,18 +23,38 @@ test('every fault fixture raises exactly its reason and entity, and the reason i
   for (const [reason, entity, message] of rows) {
     const f = one(message);
     assert.equal(f.length, 1, `one finding for: ${message}`);
-    assert.equal(f[0]!.reason, reason, message);
-    assert.equal(f[0]!.entity, entity, message);
-    assert.equal(f[0]!.source, 'kmsg');
+    assert.equal(f[0].reason, reason, message);
+    assert.equal(f[0].entity, entity, message);
+    assert.equal(f[0].source, 'kmsg');
     assert.ok(lookupReason(reason), `${reason} is a catalog reason`);
-    assert.ok(f[0]!.message.includes(message.replace(/\s*\n\s*/g, ' ').slice(0, 100)), 'the message quotes the log text');
+    assert.ok(f[0].message.includes(message.replace(/\s*\n\s*/g, ' ').slice(0, 100)), 'the message quotes the log text');
     seen.add(reason.replace(/(XID|SXid)\d+/, '$1N'));
   }
   // Every built-in rule family has at least one fixture line.
-  for (const r of ['NvidiaXIDNError', 'NvidiaXIDNWarning', 'NvidiaSXidNError', 'NvidiaSXidNWarning', 'NvidiaGPUInitFailed',
-    'NvidiaGSPTimeout', 'NvidiaNCCLError', 'SoftLockup', 'AppBlocked', 'KernelBug', 'AppCrash', 'OOMKilling',
-    'HardwareErrorFatal', 'HardwareErrorCorrected', 'PCIeUncorrectableError', 'PCIeUncorrectableNonFatal', 'PCIeCorrectedErrors',
-    'ConntrackExceededKernel', 'BlockDeviceIOError', 'Ext4Error', 'XFSShutdown', 'FilesystemReadOnly']) {
+  for (const r of [
+    'NvidiaXIDNError',
+    'NvidiaXIDNWarning',
+    'NvidiaSXidNError',
+    'NvidiaSXidNWarning',
+    'NvidiaGPUInitFailed',
+    'NvidiaGSPTimeout',
+    'NvidiaNCCLError',
+    'SoftLockup',
+    'AppBlocked',
+    'KernelBug',
+    'AppCrash',
+    'OOMKilling',
+    'HardwareErrorFatal',
+    'HardwareErrorCorrected',
+    'PCIeUncorrectableError',
+    'PCIeUncorrectableNonFatal',
+    'PCIeCorrectedErrors',
+    'ConntrackExceededKernel',
+    'BlockDeviceIOError',
+    'Ext4Error',
+    'XFSShutdown',
+    'FilesystemReadOnly',
+  ]) {
     assert.ok(seen.has(r), `fixture for ${r}`);
   }
 });
@@ -70,38 +92,43 @@ test('benign look-alikes raise nothing', () => {
 });
 
 test('Xid: attrs carry pci, xid, pid and process; <unknown> pid/name are left out', () => {
-  const [f] = one('NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005');
-  assert.deepEqual(f!.attrs, { pci: '0000:cb:00', xid: 109, pid: 1797828, process: 'pt_main_thread' });
+  const [f] = one(
+    'NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005',
+  );
+  assert.deepEqual(f.attrs, { pci: '0000:cb:00', xid: 109, pid: 1797828, process: 'pt_main_thread' });
   const [g] = one("NVRM: Xid (PCI:0000:43:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: ESR 0x52e7b0=0x101000e");
-  assert.deepEqual(g!.attrs, { pci: '0000:43:00', xid: 13 });
-  assert.match(f!.message, /^NVIDIA Xid 109 on GPU 0000:cb:00: NVRM: Xid/);
+  assert.deepEqual(g.attrs, { pci: '0000:43:00', xid: 13 });
+  assert.match(f.message, /^NVIDIA Xid 109 on GPU 0000:cb:00: NVRM: Xid/);
 });
 
 test('Xid: the fatal list is configurable', () => {
   const c = new KernelLogClassifier({ fatalXids: [13] });
-  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 13, Graphics Exception', c)[0]!.reason, 'NvidiaXID13Error');
-  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 48, DBE', c)[0]!.reason, 'NvidiaXID48Warning');
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 13, Graphics Exception', c)[0].reason, 'NvidiaXID13Error');
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 48, DBE', c)[0].reason, 'NvidiaXID48Warning');
   // 63 is not in the default list (NVIDIA: IGNORE), unlike the EKS agent's.
-  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 63, Row remapping event')[0]!.reason, 'NvidiaXID63Warning');
+  assert.equal(one('NVRM: Xid (PCI:0000:43:00): 63, Row remapping event')[0].reason, 'NvidiaXID63Warning');
 });
 
-test('Xid 144-150 follow the line\'s own Fatal/Nonfatal token, whatever the fatal list says', () => {
+test("Xid 144-150 follow the line's own Fatal/Nonfatal token, whatever the fatal list says", () => {
   const c = new KernelLogClassifier({ fatalXids: [145] });
-  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0 0x0 0x0 0x0 0x0 0x0)', c)[0]!.reason, 'NvidiaXID145Warning');
-  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 150, MSE  Fatal  XC1 i0 Link 2 (0x0 0x0 0x0 0x0 0x0 0x0)')[0]!.reason, 'NvidiaXID150Error');
-  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 144, something without a token')[0]!.reason, 'NvidiaXID144Warning');
+  assert.equal(
+    one('NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0 0x0 0x0 0x0 0x0 0x0)', c)[0].reason,
+    'NvidiaXID145Warning',
+  );
+  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 150, MSE  Fatal  XC1 i0 Link 2 (0x0 0x0 0x0 0x0 0x0 0x0)')[0].reason, 'NvidiaXID150Error');
+  assert.equal(one('NVRM: Xid (PCI:0018:01:00): 144, something without a token')[0].reason, 'NvidiaXID144Warning');
 });
 
 test('GPU UUIDs learnt from "GPU at PCI" lines are attached to later findings for that GPU', () => {
   const c = new KernelLogClassifier();
   assert.deepEqual(c.classify({ message: 'NVRM: GPU at PCI:0000:01:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d' }, T0), []);
   const [f] = c.classify({ message: 'NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault' }, T0 + 1);
-  assert.equal(f!.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
+  assert.equal(f.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
   const [g] = c.classify({ message: 'NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:894)' }, T0 + 2);
-  assert.equal(g!.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
+  assert.equal(g.attrs!.uuid, 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
   assert.equal(c.gpuUuids().get('0000:01:00'), 'GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d');
   const [h] = c.classify({ message: 'NVRM: Xid (PCI:0000:02:00): 31, other GPU' }, T0 + 3);
-  assert.equal(h!.attrs!.uuid, undefined);
+  assert.equal(h.attrs!.uuid, undefined);
 });
 
 test('fallen off the bus: three records within the window join into one Xid 79 for the GPU', () => {
@@ -110,27 +137,35 @@ test('fallen off the bus: three records within the window join into one Xid 79 f
   assert.deepEqual(c.classify({ message: 'NVRM: (PCI ID: 10de:26b5) installed in this system has' }, T0 + 1), []);
   const f = c.classify({ message: 'NVRM: fallen off the bus and is not responding to commands.' }, T0 + 2);
   assert.equal(f.length, 1);
-  assert.equal(f[0]!.reason, 'NvidiaXID79Error');
-  assert.equal(f[0]!.entity, 'gpu:0000:b3:00');
+  assert.equal(f[0].reason, 'NvidiaXID79Error');
+  assert.equal(f[0].entity, 'gpu:0000:b3:00');
   // A record after the window cannot say which GPU: still Fatal, on the node.
   const d = new KernelLogClassifier();
   d.classify({ message: 'NVRM: The NVIDIA GPU 0000:b3:00.0' }, T0);
   const late = d.classify({ message: 'NVRM: fallen off the bus and is not responding to commands.' }, T0 + 60_000);
-  assert.equal(late[0]!.reason, 'NvidiaXID79Error');
-  assert.equal(late[0]!.entity, '');
+  assert.equal(late[0].reason, 'NvidiaXID79Error');
+  assert.equal(late[0].entity, '');
 });
 
 test('fallen off the bus: the same text as one record with embedded newlines', () => {
-  const f = one('NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.\n');
+  const f = one(
+    'NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.\n',
+  );
   assert.equal(f.length, 1);
-  assert.equal(f[0]!.entity, 'gpu:0000:b3:00');
-  assert.ok(!f[0]!.message.includes('\n'), 'the finding message is one line');
+  assert.equal(f[0].entity, 'gpu:0000:b3:00');
+  assert.ok(!f[0].message.includes('\n'), 'the finding message is one line');
   // "not supported by this driver" starts the same way and must not count.
-  assert.deepEqual(one('NVRM: The NVIDIA GPU 0000:01:00.0\nNVRM: (PCI ID: 10de:1b80) installed in this system is\nNVRM: not supported by the NVIDIA 390.xx driver release.'), []);
+  assert.deepEqual(
+    one(
+      'NVRM: The NVIDIA GPU 0000:01:00.0\nNVRM: (PCI ID: 10de:1b80) installed in this system is\nNVRM: not supported by the NVIDIA 390.xx driver release.',
+    ),
+    [],
+  );
 });
 
 test('fallen off the bus and Xid 79 for the same GPU are reported once, in either order', () => {
-  const multi = 'NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.';
+  const multi =
+    'NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.';
   const xid = 'NVRM: Xid (PCI:0000:b3:00): 79, pid=1234, name=python3, GPU has fallen off the bus.';
   const a = new KernelLogClassifier();
   assert.equal(a.classify({ message: multi }, T0).length, 1);
@@ -145,38 +180,58 @@ test('fallen off the bus and Xid 79 for the same GPU are reported once, in eithe
 });
 
 test('a libnccl segfault is NvidiaNCCLError only, not also AppCrash', () => {
-  const f = one('pt_main_thread[2536443]: segfault at 7f797fe00000 ip 00007f7c7ac69996 sp 00007f7c12fd7c30 error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]');
-  assert.deepEqual(f.map((x) => x.reason), ['NvidiaNCCLError']);
-  assert.deepEqual(f[0]!.attrs, { process: 'pt_main_thread', pid: 2536443 });
+  const f = one(
+    'pt_main_thread[2536443]: segfault at 7f797fe00000 ip 00007f7c7ac69996 sp 00007f7c12fd7c30 error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]',
+  );
+  assert.deepEqual(
+    f.map((x) => x.reason),
+    ['NvidiaNCCLError'],
+  );
+  assert.deepEqual(f[0].attrs, { process: 'pt_main_thread', pid: 2536443 });
 });
 
 test('PCIe AER: device entity, gpuAbove attribution, corrected-error threshold', () => {
   const gpuAbove = (bdf: string) => (bdf === '0000:00:1c.5' ? '0000:b3:00' : undefined);
   const c = new KernelLogClassifier({ gpuAbove, pcieCorrectedThreshold: { count: 5, windowMs: 60_000 } });
-  const [f] = c.classify({ message: 'pcieport 0000:00:1c.5: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)' }, T0);
-  assert.equal(f!.entity, 'pci:0000:00:1c.5');
-  assert.deepEqual(f!.attrs, { device: '0000:00:1c.5', severity: 'Corrected', driver: 'pcieport', type: 'Physical Layer', gpu: '0000:b3:00' });
-  assert.deepEqual(f!.threshold, { count: 5, windowMs: 60_000 });
-  assert.match(f!.message, /above GPU 0000:b3:00/);
+  const [f] = c.classify(
+    { message: 'pcieport 0000:00:1c.5: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)' },
+    T0,
+  );
+  assert.equal(f.entity, 'pci:0000:00:1c.5');
+  assert.deepEqual(f.attrs, {
+    device: '0000:00:1c.5',
+    severity: 'Corrected',
+    driver: 'pcieport',
+    type: 'Physical Layer',
+    gpu: '0000:b3:00',
+  });
+  assert.deepEqual(f.threshold, { count: 5, windowMs: 60_000 });
+  assert.match(f.message, /above GPU 0000:b3:00/);
   // Default threshold: 20 per hour; uncorrectable errors have none.
-  assert.deepEqual(one('pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)')[0]!.threshold, { count: 20, windowMs: 3_600_000 });
-  assert.equal(one('pcieport 0000:00:01.1: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)')[0]!.threshold, undefined);
+  assert.deepEqual(
+    one('pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)')[0].threshold,
+    { count: 20, windowMs: 3_600_000 },
+  );
+  assert.equal(
+    one('pcieport 0000:00:01.1: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)')[0].threshold,
+    undefined,
+  );
 });
 
 test('block devices: fd, sr and loop are ignored by default; the list is configurable', () => {
   assert.deepEqual(one('Buffer I/O error on dev sr0, logical block 0, async page read'), []);
   const c = new KernelLogClassifier({ ignoredBlockDevices: /^nvme1n1$/ });
   assert.deepEqual(one('blk_update_request: I/O error, dev nvme1n1, sector 1234567', c), []);
-  assert.equal(one('Buffer I/O error on dev sr0, logical block 0, async page read', c)[0]!.entity, 'blockdev:sr0');
+  assert.equal(one('Buffer I/O error on dev sr0, logical block 0, async page read', c)[0].entity, 'blockdev:sr0');
 });
 
 test('finding messages are one line and cut to 512 characters of log text', () => {
   const long = `NVRM: Xid (PCI:0000:01:00): 13, ${'x'.repeat(5000)}`;
   const [f] = one(long);
-  assert.ok(f!.message.length < 512 + 80);
-  assert.ok(f!.message.endsWith('...'));
+  assert.ok(f.message.length < 512 + 80);
+  assert.ok(f.message.endsWith('...'));
   const c = new KernelLogClassifier({ maxMessageChars: 40 });
-  assert.ok(one(long, c)[0]!.message.length < 40 + 80);
+  assert.ok(one(long, c)[0].message.length < 40 + 80);
 });
 
 test('normalizePci', () => {
@@ -190,7 +245,10 @@ test('normalizePci', () => {
 test('every built-in rule names keywords that its fixture lines contain (the prefilter cannot hide a rule)', () => {
   for (const r of BUILTIN_RULES) assert.ok(r.keywords.length > 0, r.name);
   for (const l of fixture('faults.tsv')) {
-    const msg = l.split('\t')[2]!;
-    assert.ok(BUILTIN_RULES.some((r) => r.keywords.some((k) => msg.includes(k))), msg);
+    const msg = l.split('\t')[2];
+    assert.ok(
+      BUILTIN_RULES.some((r) => r.keywords.some((k) => msg.includes(k))),
+      msg,
+    );
   }
 });

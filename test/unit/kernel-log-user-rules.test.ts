@@ -35,29 +35,29 @@ rules:
 test('user rules: parse, compile and classify with templates, thresholds and catalog defaults', () => {
   const rules = parseUserRules(RULES, '/etc/vigil/rules.yaml');
   assert.equal(rules.length, 3);
-  assert.deepEqual(rules[1]!.threshold, { count: 3, windowMs: 600_000 });
-  assert.deepEqual(rules[1]!.recovery, { kind: 'ttl', ttlMs: 1_800_000 });
-  assert.equal(rules[2]!.name, 'rule-2');
-  assert.equal(rules[2]!.severity, undefined, 'a catalog reason keeps its catalog severity');
+  assert.deepEqual(rules[1].threshold, { count: 3, windowMs: 600_000 });
+  assert.deepEqual(rules[1].recovery, { kind: 'ttl', ttlMs: 1_800_000 });
+  assert.equal(rules[2].name, 'rule-2');
+  assert.equal(rules[2].severity, undefined, 'a catalog reason keeps its catalog severity');
 
   const c = new KernelLogClassifier({ userRules: rules });
   const [f] = c.classify({ message: 'mlx5_core 0000:3b:00.0: mlx5_health_try_recover: FW fatal error' }, T0);
-  assert.equal(f!.reason, 'Mlx5Fatal');
-  assert.equal(f!.entity, 'pci:0000:3b:00.0');
-  assert.equal(f!.severity, 'Fatal');
-  assert.equal(f!.condition, 'NetworkingReady');
-  assert.deepEqual(f!.recovery, { kind: 'untilReboot' });
-  assert.equal(f!.message, 'ConnectX fatal error on 0000:3b:00.0: mlx5_core 0000:3b:00.0: mlx5_health_try_recover: FW fatal error');
-  assert.deepEqual(f!.attrs, { rule: 'mlx5-fatal' });
+  assert.equal(f.reason, 'Mlx5Fatal');
+  assert.equal(f.entity, 'pci:0000:3b:00.0');
+  assert.equal(f.severity, 'Fatal');
+  assert.equal(f.condition, 'NetworkingReady');
+  assert.deepEqual(f.recovery, { kind: 'untilReboot' });
+  assert.equal(f.message, 'ConnectX fatal error on 0000:3b:00.0: mlx5_core 0000:3b:00.0: mlx5_health_try_recover: FW fatal error');
+  assert.deepEqual(f.attrs, { rule: 'mlx5-fatal' });
 
   const [g] = c.classify({ message: 'IB0: Link Down' }, T0);
-  assert.equal(g!.entity, 'ib:0');
-  assert.deepEqual(g!.threshold, { count: 3, windowMs: 600_000 });
+  assert.equal(g.entity, 'ib:0');
+  assert.deepEqual(g.threshold, { count: 3, windowMs: 600_000 });
 
   const [h] = c.classify({ message: 'nvme nvme0: I/O 123 QID 4 timeout, aborting' }, T0);
-  assert.equal(h!.reason, 'BlockDeviceIOError');
-  assert.equal(h!.entity, '');
-  assert.equal(h!.message, 'nvme nvme0: I/O 123 QID 4 timeout, aborting');
+  assert.equal(h.reason, 'BlockDeviceIOError');
+  assert.equal(h.entity, '');
+  assert.equal(h.message, 'nvme nvme0: I/O 123 QID 4 timeout, aborting');
 
   // `contains` guards the regex; the built-ins still run alongside.
   assert.deepEqual(c.classify({ message: 'something else: FW fatal error' }, T0), []);
@@ -84,19 +84,27 @@ test('user rules: unknown reasons get a default recovery from their severity', (
     '- {pattern: a, reason: NewFatal, severity: Fatal, condition: KernelReady}\n- {pattern: b, reason: NewWarn, severity: Warning, condition: KernelReady}\n',
     'f.yaml',
   );
-  assert.deepEqual(fatal!.recovery, { kind: 'untilReboot' });
-  assert.deepEqual(warn!.recovery, { kind: 'ttl', ttlMs: 3_600_000 });
+  assert.deepEqual(fatal.recovery, { kind: 'untilReboot' });
+  assert.deepEqual(warn.recovery, { kind: 'ttl', ttlMs: 3_600_000 });
 });
 
 test('user rules: validation errors name the file, the rule and the field', () => {
   const err = (yaml: string) => () => parseUserRules(yaml, '/etc/vigil/rules.yaml');
-  assert.throws(err('rules:\n  - {pattern: ok, reason: SoftLockup}\n  - {name: broken, pattern: "a(b", reason: SoftLockup}\n'),
-    /^Error: \/etc\/vigil\/rules\.yaml: rule 1 \(broken\): field "pattern": invalid regular expression/);
-  assert.throws(err('- {pattern: x, reason: NotInCatalog}\n'), /rules\.yaml: rule 0: field "severity": required because reason NotInCatalog/);
+  assert.throws(
+    err('rules:\n  - {pattern: ok, reason: SoftLockup}\n  - {name: broken, pattern: "a(b", reason: SoftLockup}\n'),
+    /^Error: \/etc\/vigil\/rules\.yaml: rule 1 \(broken\): field "pattern": invalid regular expression/,
+  );
+  assert.throws(
+    err('- {pattern: x, reason: NotInCatalog}\n'),
+    /rules\.yaml: rule 0: field "severity": required because reason NotInCatalog/,
+  );
   assert.throws(err('- {pattern: x, reason: NotInCatalog, severity: Warning}\n'), /rule 0: field "condition": required/);
   assert.throws(err('- {pattern: x, reason: lowercase}\n'), /rule 0: field "reason": expected a PascalCase reason/);
   assert.throws(err('- {name: n, pattern: x, reason: SoftLockup, severity: Bad}\n'), /rule 0 \(n\): field "severity"/);
-  assert.throws(err('- {pattern: x, reason: SoftLockup, threshold: {count: 3, window: soon}}\n'), /rule 0: field "threshold\.window": expected a duration/);
+  assert.throws(
+    err('- {pattern: x, reason: SoftLockup, threshold: {count: 3, window: soon}}\n'),
+    /rule 0: field "threshold\.window": expected a duration/,
+  );
   assert.throws(err('- {pattern: x, reason: SoftLockup, recovery: {ttl: forever}}\n'), /rule 0: field "recovery/);
   assert.throws(err('- {pattern: x, reason: SoftLockup, flags: g}\n'), /rule 0: field "flags"/);
   assert.throws(err('- {pattern: x, reason: SoftLockup, sevrity: Fatal}\n'), /rule 0: unknown field "sevrity"/);

@@ -15,9 +15,13 @@ import { rng } from '../helpers/prng.ts';
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const FORMATS: LogFormat[] = ['kmsg', 'dmesg', 'syslog', 'plain'];
 
-
-const seeds = readFileSync(path.join(FIXTURES, 'raw-records.txt'), 'utf8').split('\n')
-  .concat(readFileSync(path.join(FIXTURES, 'faults.tsv'), 'utf8').split('\n').map((l) => `3,1,2,-;${l.split('\t')[2] ?? ''}`));
+const seeds = readFileSync(path.join(FIXTURES, 'raw-records.txt'), 'utf8')
+  .split('\n')
+  .concat(
+    readFileSync(path.join(FIXTURES, 'faults.tsv'), 'utf8')
+      .split('\n')
+      .map((l) => `3,1,2,-;${l.split('\t')[2] ?? ''}`),
+  );
 
 function mutate(s: string, rand: () => number): string {
   const chars = [...s];
@@ -27,7 +31,7 @@ function mutate(s: string, rand: () => number): string {
     const op = rand();
     if (op < 0.3) chars.splice(at, 1);
     else if (op < 0.6) chars.splice(at, 0, String.fromCharCode(Math.floor(rand() * 0x10000)));
-    else if (op < 0.8) chars.splice(at, 0, ['\\x', ';', ',', '\n', ' ', '(', ')', ':', '[', ']', '\\x0a'][Math.floor(rand() * 11)]!);
+    else if (op < 0.8) chars.splice(at, 0, ['\\x', ';', ',', '\n', ' ', '(', ')', ':', '[', ']', '\\x0a'][Math.floor(rand() * 11)]);
     else chars.length = Math.min(chars.length, at); // truncate
   }
   return chars.join('');
@@ -61,7 +65,7 @@ test('fuzz: mutated real records and random bytes never throw', () => {
   const c = new KernelLogClassifier({ npd });
   let at = 1_700_000_000_000;
   for (let i = 0; i < 20_000; i++) {
-    const input = i % 3 === 0 ? randomBytes(rand, Math.floor(rand() * 400)) : mutate(seeds[Math.floor(rand() * seeds.length)]!, rand);
+    const input = i % 3 === 0 ? randomBytes(rand, Math.floor(rand() * 400)) : mutate(seeds[Math.floor(rand() * seeds.length)], rand);
     exercise(input, c, at++);
   }
   assert.equal(typeof detectFormat(seeds.map((s) => mutate(s, rand))), 'string');
@@ -93,7 +97,8 @@ test('fuzz: 1 MiB lines are cut, quickly, in every format', () => {
 
 test('fuzz: truncated records at every length', () => {
   const c = new KernelLogClassifier();
-  const rec = '4,1843,1843308145,-,caller=T1;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: fallen off the bus and is not responding to commands.\\x0a\n SUBSYSTEM=pci\n DEVICE=+pci:0000:b3:00.0\n';
+  const rec =
+    '4,1843,1843308145,-,caller=T1;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: fallen off the bus and is not responding to commands.\\x0a\n SUBSYSTEM=pci\n DEVICE=+pci:0000:b3:00.0\n';
   for (let n = 0; n <= rec.length; n++) exercise(rec.slice(0, n), c, 1_700_000_000_000 + n);
   assert.equal(parseKmsgRecord(rec.slice(0, 10)), null);
 });

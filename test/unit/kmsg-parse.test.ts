@@ -3,12 +3,13 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, unescapeKmsg, type LogFormat,
-} from '../../src/sources/kmsg/parse.ts';
+import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, unescapeKmsg, type LogFormat } from '../../src/sources/kmsg/parse.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
-const lines = (name: string) => readFileSync(path.join(FIXTURES, name), 'utf8').split('\n').filter((l) => l !== '');
+const lines = (name: string) =>
+  readFileSync(path.join(FIXTURES, name), 'utf8')
+    .split('\n')
+    .filter((l) => l !== '');
 
 test('parseKmsgRecord: header fields, level and facility', () => {
   const r = parseKmsgRecord('3,1844,1843439662,-;NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.\n');
@@ -49,7 +50,17 @@ test('parseKmsgRecord: \\xNN escapes become the bytes they stand for (newlines, 
 });
 
 test('parseKmsgRecord: rejects what is not a record', () => {
-  for (const bad of ['', 'hello', ';msg', '3,4;msg', 'a,b,c,-;msg', '3,-1,5,-;msg', '3,1,2', `3,1,2,${'x'.repeat(300)};m`, '99999999999999999999999,1,1,-;x']) {
+  for (const bad of [
+    '',
+    'hello',
+    ';msg',
+    '3,4;msg',
+    'a,b,c,-;msg',
+    '3,-1,5,-;msg',
+    '3,1,2',
+    `3,1,2,${'x'.repeat(300)};m`,
+    '99999999999999999999999,1,1,-;x',
+  ]) {
     assert.equal(parseKmsgRecord(bad), null, JSON.stringify(bad.slice(0, 40)));
   }
 });
@@ -65,11 +76,11 @@ test('raw-records fixture parses in kmsg format, continuation lines skipped', ()
   assert.equal(detectFormat(raw), 'kmsg');
   const parsed = raw.map((l) => parseLine(l, 'kmsg')).filter((l) => l !== null);
   assert.equal(parsed.length, 6);
-  assert.equal(parsed[1]!.seq, 1843);
-  assert.ok(parsed[1]!.message.includes('\nNVRM: fallen off the bus'));
-  assert.equal(parsed[4]!.message, 'vigil-test escaped backslash \\ and café');
-  assert.equal(parsed[5]!.message, 'watchdog: BUG: soft lockup - CPU#6 stuck for 23s! [VM Thread:4054]');
-  assert.equal(parsed[5]!.level, 4);
+  assert.equal(parsed[1].seq, 1843);
+  assert.ok(parsed[1].message.includes('\nNVRM: fallen off the bus'));
+  assert.equal(parsed[4].message, 'vigil-test escaped backslash \\ and café');
+  assert.equal(parsed[5].message, 'watchdog: BUG: soft lockup - CPU#6 stuck for 23s! [VM Thread:4054]');
+  assert.equal(parsed[5].level, 4);
 });
 
 test('dmesg: timestamps, caller ids and indented continuation lines', () => {
@@ -87,17 +98,20 @@ test('dmesg: timestamps, caller ids and indented continuation lines', () => {
 test('dmesg -T: human timestamps, including a padded day', () => {
   const d = lines('dmesg-T.txt');
   assert.equal(detectFormat(d), 'dmesg');
-  assert.equal(parseLine(d[1]!, 'dmesg')!.message.slice(0, 36), 'NVRM: Xid (PCI:0000:cb:00): 109, pid');
-  assert.equal(parseLine(d[2]!, 'dmesg')!.message, 'BUG: something bad happened');
+  assert.equal(parseLine(d[1], 'dmesg')!.message.slice(0, 36), 'NVRM: Xid (PCI:0000:cb:00): 109, pid');
+  assert.equal(parseLine(d[2], 'dmesg')!.message, 'BUG: something bad happened');
 });
 
 test('syslog: ident, optional kernel timestamp, RFC 3339 time', () => {
   const s = lines('syslog.txt');
   assert.equal(detectFormat(s), 'syslog');
-  assert.deepEqual(parseLine(s[0]!, 'syslog'), { message: 'NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)', ident: 'kernel' });
-  assert.deepEqual(parseLine(s[2]!, 'syslog'), { message: '(root) CMD (/usr/lib64/sa/sa1 1 1)', ident: 'CROND' });
-  assert.equal(parseLine(s[3]!, 'syslog')!.message, 'nf_conntrack: nf_conntrack: table full, dropping packet');
-  assert.equal(parseLine(s[4]!, 'syslog')!.message.slice(0, 34), 'nvidia-nvswitch0: SXid (PCI:0000:c');
+  assert.deepEqual(parseLine(s[0], 'syslog'), {
+    message: 'NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)',
+    ident: 'kernel',
+  });
+  assert.deepEqual(parseLine(s[2], 'syslog'), { message: '(root) CMD (/usr/lib64/sa/sa1 1 1)', ident: 'CROND' });
+  assert.equal(parseLine(s[3], 'syslog')!.message, 'nf_conntrack: nf_conntrack: table full, dropping packet');
+  assert.equal(parseLine(s[4], 'syslog')!.message.slice(0, 34), 'nvidia-nvswitch0: SXid (PCI:0000:c');
 });
 
 test('plain lines and blanks; unknown formats fall back to plain', () => {

@@ -56,8 +56,16 @@ function reader(dev: FakeKmsg, extra: Partial<KmsgReaderOptions> = {}) {
   const lost: number[] = [];
   const errors: Error[] = [];
   const r = new KmsgReader({
-    io: dev, bootId: BOOT, uptimeMs: () => UPTIME_MS, now: () => NOW, wait: 'interval', intervalMs: 10,
-    onRecords: (recs) => { got.push(...recs); batches.push(recs.length); },
+    io: dev,
+    bootId: BOOT,
+    uptimeMs: () => UPTIME_MS,
+    now: () => NOW,
+    wait: 'interval',
+    intervalMs: 10,
+    onRecords: (recs) => {
+      got.push(...recs);
+      batches.push(recs.length);
+    },
     onLost: (n) => lost.push(n),
     onError: (e) => errors.push(e),
     ...extra,
@@ -76,10 +84,13 @@ test('no cursor: only records within the lookback (default 5 min) are delivered'
   const { r, got } = reader(dev);
   r.start();
   await r.stop();
-  assert.deepEqual(got.map((x) => x.message), ['two minutes ago']);
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['two minutes ago'],
+  );
   assert.deepEqual(r.cursor(), { bootId: BOOT, seq: 2 }, 'skipped records still move the cursor');
   assert.equal(r.recordsRead, 3);
-  assert.equal(r.timeOf(got[0]!), NOW - 120_000);
+  assert.equal(r.timeOf(got[0]), NOW - 120_000);
 });
 
 test('lookback 0: only records that arrive after start', async () => {
@@ -90,8 +101,11 @@ test('lookback 0: only records that arrive after start', async () => {
   dev.add('new', UPTIME_MS * 1000 + 5);
   await tick();
   await r.stop();
-  assert.deepEqual(got.map((x) => x.message), ['new']);
-  assert.equal(r.timeOf(got[0]!), NOW, 'a record logged while running is stamped with the time it was read');
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['new'],
+  );
+  assert.equal(r.timeOf(got[0]), NOW, 'a record logged while running is stamped with the time it was read');
 });
 
 test('a cursor from this boot: nothing at or below it is replayed; the gap after it is lost', async () => {
@@ -101,7 +115,11 @@ test('a cursor from this boot: nothing at or below it is replayed; the gap after
   const { r, got, lost } = reader(dev, { cursor: { bootId: BOOT, seq: 3 } });
   r.start();
   await r.stop();
-  assert.deepEqual(got.map((x) => x.seq), [6, 7, 8, 9], 'old records of this boot are read regardless of lookback');
+  assert.deepEqual(
+    got.map((x) => x.seq),
+    [6, 7, 8, 9],
+    'old records of this boot are read regardless of lookback',
+  );
   assert.deepEqual(lost, [2], 'seq 4 and 5 were never read');
   assert.equal(r.recordsLost, 2);
 
@@ -118,11 +136,17 @@ test('a cursor from an earlier boot: the whole ring is new (or newBootLookbackMs
   const all = reader(dev, { cursor: { bootId: 'old-boot', seq: 999 } });
   all.r.start();
   await all.r.stop();
-  assert.deepEqual(all.got.map((x) => x.seq), [0, 1]);
+  assert.deepEqual(
+    all.got.map((x) => x.seq),
+    [0, 1],
+  );
   const limited = reader(dev, { cursor: { bootId: 'old-boot', seq: 999 }, newBootLookbackMs: 5 * 60_000 });
   limited.r.start();
   await limited.r.stop();
-  assert.deepEqual(limited.got.map((x) => x.seq), [1]);
+  assert.deepEqual(
+    limited.got.map((x) => x.seq),
+    [1],
+  );
 });
 
 test('EPIPE while running: the overwritten records are counted and reading goes on', async () => {
@@ -136,7 +160,10 @@ test('EPIPE while running: the overwritten records are counted and reading goes 
   dev.overwrite(12); // the reader fell behind: b0..b6 gone
   await tick();
   await r.stop();
-  assert.deepEqual(got.map((x) => x.message), ['a0', 'a1', 'a2', 'a3', 'a4', 'b7', 'b8', 'b9']);
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['a0', 'a1', 'a2', 'a3', 'a4', 'b7', 'b8', 'b9'],
+  );
   assert.deepEqual(lost, [7]);
   const text = await reg.metrics();
   assert.match(text, /vigil_kmsg_lost_records_total 7/);
@@ -164,7 +191,10 @@ test('unparseable records are counted, not delivered; two readers can share a re
   r.start();
   await r.stop();
   assert.equal(r.parseErrors, 1);
-  assert.deepEqual(got.map((x) => x.message), ['fine']);
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['fine'],
+  );
   assert.doesNotThrow(() => reader(new FakeKmsg(), { registry: reg }));
   assert.match(await reg.metrics(), /vigil_kmsg_parse_errors_total 1/);
 });
@@ -173,18 +203,43 @@ test('errors from the device and from the consumer are reported, not thrown', as
   const dev = new FakeKmsg();
   dev.add('x', 1);
   let reads = 0;
-  const boom: KmsgIo = { open: () => 1, read: () => { reads++; throw Object.assign(new Error('EIO'), { code: 'EIO' }); }, close: () => {} };
+  const boom: KmsgIo = {
+    open: () => 1,
+    read: () => {
+      reads++;
+      throw Object.assign(new Error('EIO'), { code: 'EIO' });
+    },
+    close: () => {},
+  };
   const a = reader(dev, { io: boom });
   a.r.start();
   await tick(200);
   await a.r.stop();
-  assert.match(a.errors[0]!.message, /EIO/);
+  assert.match(a.errors[0].message, /EIO/);
   assert.equal(reads, 1, 'a failing device is retried after a back-off, not in a loop');
-  const b = reader(dev, { lookbackMs: Infinity, onRecords: () => { throw new Error('consumer bug'); } });
+  const b = reader(dev, {
+    lookbackMs: Infinity,
+    onRecords: () => {
+      throw new Error('consumer bug');
+    },
+  });
   b.r.start();
   await b.r.stop();
-  assert.match(b.errors[0]!.message, /consumer bug/);
-  assert.throws(() => new KmsgReader({ io: { ...boom, open: () => { throw new Error('ENOENT'); } }, bootId: BOOT, uptimeMs: () => 1 }).start(), /ENOENT/);
+  assert.match(b.errors[0].message, /consumer bug/);
+  assert.throws(
+    () =>
+      new KmsgReader({
+        io: {
+          ...boom,
+          open: () => {
+            throw new Error('ENOENT');
+          },
+        },
+        bootId: BOOT,
+        uptimeMs: () => 1,
+      }).start(),
+    /ENOENT/,
+  );
 });
 
 test('with lookback 0, a record written while a large ring is still being drained is delivered', async () => {
@@ -196,5 +251,8 @@ test('with lookback 0, a record written while a large ring is still being draine
   dev.add('new while draining', UPTIME_MS * 1000 + 5);
   await new Promise((res) => setTimeout(res, 50));
   await r.stop();
-  assert.deepEqual(got.map((x) => x.message), ['new while draining']);
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['new while draining'],
+  );
 });

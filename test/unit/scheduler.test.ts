@@ -39,7 +39,7 @@ const settle = async () => {
 /** Cycles through fixed "random" values. */
 const sequence = (...values: number[]) => {
   let i = 0;
-  return () => values[i++ % values.length]!;
+  return () => values[i++ % values.length];
 };
 
 test('first runs are spread by startup jitter and every later run is jittered', async () => {
@@ -48,16 +48,16 @@ test('first runs are spread by startup jitter and every later run is jittered', 
   // add() draws a, b, c startup offsets; each reschedule draws the next value.
   const q = new WorkQueue({ clock, random: sequence(0.1, 0.5, 0.9, 1, 0, 0.75), startupJitterMs: 1000, jitter: 0.1 });
   for (const name of ['a', 'b', 'c']) {
-    q.add({ name, intervalMs: 1000, budgetMs: 100, run: async () => void starts[name]!.push(clock.now()) });
+    q.add({ name, intervalMs: 1000, budgetMs: 100, run: async () => void starts[name].push(clock.now()) });
   }
   assert.deepEqual(q.dueTimes(), { a: 100, b: 500, c: 900 });
   q.start();
   await clock.advance(2500);
   await q.stop();
-  assert.deepEqual(starts.a!.slice(0, 2), [100, 100 + 1000 + 100]); // random 1 → +10 %
-  assert.deepEqual(starts.b!.slice(0, 2), [500, 500 + 1000 - 100]); // random 0 → -10 %
-  assert.deepEqual(starts.c!.slice(0, 2), [900, 900 + 1000 + 50]); // random 0.75 → +5 %
-  const gaps = Object.values(starts).map((s) => s[1]! - s[0]!);
+  assert.deepEqual(starts.a.slice(0, 2), [100, 100 + 1000 + 100]); // random 1 → +10 %
+  assert.deepEqual(starts.b.slice(0, 2), [500, 500 + 1000 - 100]); // random 0 → -10 %
+  assert.deepEqual(starts.c.slice(0, 2), [900, 900 + 1000 + 50]); // random 0.75 → +5 %
+  const gaps = Object.values(starts).map((s) => s[1] - s[0]);
   assert.equal(new Set(gaps).size, 3, 'each check got its own jitter');
 });
 
@@ -159,10 +159,24 @@ test('a check that honours its signal ends as timeout; throwing is error; metric
     budgetMs: 10,
     run: (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
   });
-  q.add({ name: 'broken', intervalMs: 1000, budgetMs: 100, run: async () => { throw new Error('boom'); } });
+  q.add({
+    name: 'broken',
+    intervalMs: 1000,
+    budgetMs: 100,
+    run: async () => {
+      throw new Error('boom');
+    },
+  });
   q.add({ name: 'faulty', intervalMs: 1000, budgetMs: 100, run: async () => 'fault' });
   const recs = await q.runAll();
-  assert.deepEqual(recs.map((r) => [r.name, r.status]), [['slow', 'timeout'], ['broken', 'error'], ['faulty', 'fault']]);
+  assert.deepEqual(
+    recs.map((r) => [r.name, r.status]),
+    [
+      ['slow', 'timeout'],
+      ['broken', 'error'],
+      ['faulty', 'fault'],
+    ],
+  );
   assert.ok(recs.every((r) => r.durationMs >= 0 && r.cpuMs >= 0));
   const text = await registry.metrics();
   assert.match(text, /vigil_check_duration_seconds\{check="slow"\} /);

@@ -48,11 +48,19 @@ interface Ctx {
   cfg: GpuConfig;
 }
 
-function gpuResult(ctx: { gpu: GpuInfo; now: number }, check: string, reason: string, status: CheckStatus, message: string, attrs?: Record<string, string | number | boolean>): CheckResult {
+function gpuResult(
+  ctx: { gpu: GpuInfo; now: number },
+  check: string,
+  reason: string,
+  status: CheckStatus,
+  message: string,
+  attrs?: Record<string, string | number | boolean>,
+): CheckResult {
   const entity = entityOf(ctx.gpu);
   const text = `${gpuLabel(ctx.gpu)}: ${message}`;
   const r: CheckResult = { check, gpu: ctx.gpu.index, entity, reason, status, message: text };
-  if (status === 'fail') r.finding = { reason, message: text, source: 'nvml', entity, at: ctx.now, attrs: { ...gpuAttrs(ctx.gpu), ...attrs } };
+  if (status === 'fail')
+    r.finding = { reason, message: text, source: 'nvml', entity, at: ctx.now, attrs: { ...gpuAttrs(ctx.gpu), ...attrs } };
   return r;
 }
 
@@ -71,15 +79,32 @@ export function checkRowRemap(ctx: Ctx, s: GpuSample): CheckResult[] {
   const r = s.remappedRows;
   if (!r) {
     const why = whyMissing(s, ['nvmlDeviceGetRemappedRows'], 'row remapping not supported (pre-Ampere GPU, or MIG instances active)');
-    return [gpuResult(ctx, 'rowRemapFailure', 'NvidiaRowRemapFailure', 'skip', why), gpuResult(ctx, 'rowRemapPending', 'NvidiaRowRemapPending', 'skip', why)];
+    return [
+      gpuResult(ctx, 'rowRemapFailure', 'NvidiaRowRemapFailure', 'skip', why),
+      gpuResult(ctx, 'rowRemapPending', 'NvidiaRowRemapPending', 'skip', why),
+    ];
   }
   const counts = { remappedCorrectable: r.corr, remappedUncorrectable: r.unc };
   return [
     r.failure
-      ? gpuResult(ctx, 'rowRemapFailure', 'NvidiaRowRemapFailure', 'fail', `row remapping failed (${r.unc} uncorrectable, ${r.corr} correctable rows remapped): a memory bank has no spare rows left; replace the GPU`, counts)
+      ? gpuResult(
+          ctx,
+          'rowRemapFailure',
+          'NvidiaRowRemapFailure',
+          'fail',
+          `row remapping failed (${r.unc} uncorrectable, ${r.corr} correctable rows remapped): a memory bank has no spare rows left; replace the GPU`,
+          counts,
+        )
       : gpuResult(ctx, 'rowRemapFailure', 'NvidiaRowRemapFailure', 'ok', 'no row remapping failure'),
     r.pending
-      ? gpuResult(ctx, 'rowRemapPending', 'NvidiaRowRemapPending', 'fail', `a memory row remap is pending (${r.unc} uncorrectable, ${r.corr} correctable rows remapped); it takes effect at the next GPU reset`, counts)
+      ? gpuResult(
+          ctx,
+          'rowRemapPending',
+          'NvidiaRowRemapPending',
+          'fail',
+          `a memory row remap is pending (${r.unc} uncorrectable, ${r.corr} correctable rows remapped); it takes effect at the next GPU reset`,
+          counts,
+        )
       : gpuResult(ctx, 'rowRemapPending', 'NvidiaRowRemapPending', 'ok', 'no row remap pending'),
   ];
 }
@@ -87,22 +112,68 @@ export function checkRowRemap(ctx: Ctx, s: GpuSample): CheckResult[] {
 export function checkRetiredPages(ctx: Ctx, s: GpuSample): CheckResult {
   const p = s.retiredPages;
   if (!p) {
-    const why = s.remappedRows ? 'not applicable: the GPU uses row remapping' : whyMissing(s, ['nvmlDeviceGetRetiredPages'], 'page retirement not supported');
+    const why = s.remappedRows
+      ? 'not applicable: the GPU uses row remapping'
+      : whyMissing(s, ['nvmlDeviceGetRetiredPages'], 'page retirement not supported');
     return gpuResult(ctx, 'retiredPages', 'NvidiaPageRetirement', 'skip', why);
   }
   const attrs = { retiredSbe: p.sbe, retiredDbe: p.dbe };
-  if (p.pending) return gpuResult(ctx, 'retiredPages', 'NvidiaPageRetirement', 'fail', `retired memory pages are pending (${p.sbe} single-bit, ${p.dbe} double-bit retired); they take effect after a GPU reset or reboot`, attrs);
+  if (p.pending)
+    return gpuResult(
+      ctx,
+      'retiredPages',
+      'NvidiaPageRetirement',
+      'fail',
+      `retired memory pages are pending (${p.sbe} single-bit, ${p.dbe} double-bit retired); they take effect after a GPU reset or reboot`,
+      attrs,
+    );
   const limit = ctx.cfg.thresholds.retiredPagesLimit;
-  if (p.sbe + p.dbe >= limit) return gpuResult(ctx, 'retiredPages', 'NvidiaPageRetirement', 'fail', `${p.sbe + p.dbe} memory pages retired (${p.sbe} single-bit, ${p.dbe} double-bit), limit ${limit}`, attrs);
+  if (p.sbe + p.dbe >= limit)
+    return gpuResult(
+      ctx,
+      'retiredPages',
+      'NvidiaPageRetirement',
+      'fail',
+      `${p.sbe + p.dbe} memory pages retired (${p.sbe} single-bit, ${p.dbe} double-bit), limit ${limit}`,
+      attrs,
+    );
   return gpuResult(ctx, 'retiredPages', 'NvidiaPageRetirement', 'ok', `${p.sbe + p.dbe} pages retired, none pending`);
 }
 
 export function checkEccUncorrected(ctx: Ctx, s: GpuSample, prev: number | null): CheckResult {
   const cur = s.eccUncorrectedVolatile;
-  if (cur === null) return gpuResult(ctx, 'eccUncorrected', 'NvidiaDoubleBitError', 'skip', whyMissing(s, ['nvmlDeviceGetTotalEccErrors'], 'ECC disabled or not supported'));
-  if (prev === null) return gpuResult(ctx, 'eccUncorrected', 'NvidiaDoubleBitError', 'skip', `baseline: ${cur} uncorrectable ECC errors since the driver loaded`);
-  if (cur > prev) return gpuResult(ctx, 'eccUncorrected', 'NvidiaDoubleBitError', 'fail', `uncorrectable (double-bit) ECC errors grew from ${prev} to ${cur} since the last poll`, { eccUncorrected: cur });
-  return gpuResult(ctx, 'eccUncorrected', 'NvidiaDoubleBitError', 'ok', `${cur} uncorrectable ECC errors since the driver loaded, no growth`);
+  if (cur === null)
+    return gpuResult(
+      ctx,
+      'eccUncorrected',
+      'NvidiaDoubleBitError',
+      'skip',
+      whyMissing(s, ['nvmlDeviceGetTotalEccErrors'], 'ECC disabled or not supported'),
+    );
+  if (prev === null)
+    return gpuResult(
+      ctx,
+      'eccUncorrected',
+      'NvidiaDoubleBitError',
+      'skip',
+      `baseline: ${cur} uncorrectable ECC errors since the driver loaded`,
+    );
+  if (cur > prev)
+    return gpuResult(
+      ctx,
+      'eccUncorrected',
+      'NvidiaDoubleBitError',
+      'fail',
+      `uncorrectable (double-bit) ECC errors grew from ${prev} to ${cur} since the last poll`,
+      { eccUncorrected: cur },
+    );
+  return gpuResult(
+    ctx,
+    'eccUncorrected',
+    'NvidiaDoubleBitError',
+    'ok',
+    `${cur} uncorrectable ECC errors since the driver loaded, no growth`,
+  );
 }
 
 // ------------------------------------------------------------------ PCIe
@@ -112,54 +183,113 @@ const PCIE_FNS = ['nvmlDeviceGetPcieReplayCounter'];
 /** Replay limit per minute for a link: ceil(per-lane rate of its generation × width). */
 export function pcieReplayLimit(cfg: GpuConfig, gen: number, width: number): number {
   const table = cfg.thresholds.pcieReplayPerLanePerMinute;
-  const gens = Object.keys(table).map(Number).sort((a, b) => a - b);
-  const use = gens.filter((g) => g <= gen).pop() ?? gens[0]!;
-  return Math.ceil(table[String(use)]! * width);
+  const gens = Object.keys(table)
+    .map(Number)
+    .sort((a, b) => a - b);
+  const use = gens.filter((g) => g <= gen).pop() ?? gens[0];
+  return Math.ceil(table[String(use)] * width);
 }
 
-export function checkPcieReplay(ctx: Ctx, s: GpuSample, prev: GpuCheckState['replay']): { result: CheckResult; next: GpuCheckState['replay'] } {
+export function checkPcieReplay(
+  ctx: Ctx,
+  s: GpuSample,
+  prev: GpuCheckState['replay'],
+): { result: CheckResult; next: GpuCheckState['replay'] } {
   const cur = s.pcie.replay;
-  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, number>) => gpuResult(ctx, 'pcieReplay', 'NvidiaPCIeError', status, msg, attrs);
+  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, number>) =>
+    gpuResult(ctx, 'pcieReplay', 'NvidiaPCIeError', status, msg, attrs);
   if (cur === null) return { result: mk('skip', whyMissing(s, PCIE_FNS, 'PCIe replay counter not supported')), next: null };
   const here = { value: cur, at: ctx.now };
   if (!prev || cur < prev.value) return { result: mk('skip', `baseline: replay counter ${cur}`), next: here };
   const elapsed = ctx.now - prev.at;
   const minWindow = ctx.cfg.thresholds.pcieReplayMinWindowMs;
-  if (elapsed < minWindow) return { result: mk('skip', `replay counter ${cur}; a rate needs ${Math.round(minWindow / 1000)} s between samples`), next: prev };
+  if (elapsed < minWindow)
+    return { result: mk('skip', `replay counter ${cur}; a rate needs ${Math.round(minWindow / 1000)} s between samples`), next: prev };
   // The limit scales with the link the GPU is built for; the current link may idle down to Gen1.
   const gen = s.pcie.maxGen ?? s.pcie.gen ?? 4;
   const width = s.pcie.maxWidth ?? s.pcie.width ?? 16;
   const limit = pcieReplayLimit(ctx.cfg, gen, width);
   const perMin = ((cur - prev.value) * 60_000) / elapsed;
   if (perMin > limit) {
-    return { result: mk('fail', `PCIe replay counter grew by ${cur - prev.value} in ${Math.round(elapsed / 1000)} s (${perMin.toFixed(1)}/min, limit ${limit}/min for Gen${gen} x${width})`, { pcieReplayPerMinute: Math.round(perMin * 10) / 10, pcieReplayLimit: limit }), next: here };
+    return {
+      result: mk(
+        'fail',
+        `PCIe replay counter grew by ${cur - prev.value} in ${Math.round(elapsed / 1000)} s (${perMin.toFixed(1)}/min, limit ${limit}/min for Gen${gen} x${width})`,
+        { pcieReplayPerMinute: Math.round(perMin * 10) / 10, pcieReplayLimit: limit },
+      ),
+      next: here,
+    };
   }
   return { result: mk('ok', `PCIe replays ${perMin.toFixed(1)}/min (limit ${limit}/min for Gen${gen} x${width})`), next: here };
 }
 
 export function checkPcieWidth(ctx: Ctx, s: GpuSample): CheckResult {
   const { width, maxWidth } = s.pcie;
-  if (!width || !maxWidth) return gpuResult(ctx, 'pcieLinkWidth', 'NvidiaPCIeLinkDegraded', 'skip', whyMissing(s, ['nvmlDeviceGetCurrPcieLinkWidth', 'nvmlDeviceGetMaxPcieLinkWidth'], 'PCIe link width not reported'));
+  if (!width || !maxWidth)
+    return gpuResult(
+      ctx,
+      'pcieLinkWidth',
+      'NvidiaPCIeLinkDegraded',
+      'skip',
+      whyMissing(s, ['nvmlDeviceGetCurrPcieLinkWidth', 'nvmlDeviceGetMaxPcieLinkWidth'], 'PCIe link width not reported'),
+    );
   // Width only: the link generation drops at idle to save power, so a lower Gen is normal.
-  if (width < maxWidth) return gpuResult(ctx, 'pcieLinkWidth', 'NvidiaPCIeLinkDegraded', 'fail', `PCIe link runs at x${width}, below its maximum x${maxWidth}`, { pcieWidth: width, pcieMaxWidth: maxWidth });
+  if (width < maxWidth)
+    return gpuResult(
+      ctx,
+      'pcieLinkWidth',
+      'NvidiaPCIeLinkDegraded',
+      'fail',
+      `PCIe link runs at x${width}, below its maximum x${maxWidth}`,
+      { pcieWidth: width, pcieMaxWidth: maxWidth },
+    );
   return gpuResult(ctx, 'pcieLinkWidth', 'NvidiaPCIeLinkDegraded', 'ok', `PCIe link x${width} of x${maxWidth}`);
 }
 
 // ------------------------------------------------------------------ clocks and thermals
 
 const CLOCK_CHECKS = [
-  { key: 'slowdown', check: 'clockHwSlowdown', reason: 'NvidiaClockSlowdown', bit: CLOCK_REASON_BITS.HwSlowdown, what: 'hardware slowdown (HW slowdown clock-event reason)' },
-  { key: 'thermal', check: 'clockHwThermal', reason: 'NvidiaThermalError', bit: CLOCK_REASON_BITS.HwThermalSlowdown, what: 'hardware thermal slowdown' },
-  { key: 'power', check: 'clockHwPowerBrake', reason: 'NvidiaPowerError', bit: CLOCK_REASON_BITS.HwPowerBrakeSlowdown, what: 'hardware power-brake slowdown' },
+  {
+    key: 'slowdown',
+    check: 'clockHwSlowdown',
+    reason: 'NvidiaClockSlowdown',
+    bit: CLOCK_REASON_BITS.HwSlowdown,
+    what: 'hardware slowdown (HW slowdown clock-event reason)',
+  },
+  {
+    key: 'thermal',
+    check: 'clockHwThermal',
+    reason: 'NvidiaThermalError',
+    bit: CLOCK_REASON_BITS.HwThermalSlowdown,
+    what: 'hardware thermal slowdown',
+  },
+  {
+    key: 'power',
+    check: 'clockHwPowerBrake',
+    reason: 'NvidiaPowerError',
+    bit: CLOCK_REASON_BITS.HwPowerBrakeSlowdown,
+    what: 'hardware power-brake slowdown',
+  },
 ] as const;
 
 /** HW slowdown bits only: idle, application clocks and SW power/thermal caps are normal operation. */
-export function checkClockEvents(ctx: Ctx, s: GpuSample, streak: GpuCheckState['clockStreak']): { results: CheckResult[]; next: GpuCheckState['clockStreak'] } {
+export function checkClockEvents(
+  ctx: Ctx,
+  s: GpuSample,
+  streak: GpuCheckState['clockStreak'],
+): { results: CheckResult[]; next: GpuCheckState['clockStreak'] } {
   const reasons = s.clocksEventReasons;
   const next = { ...streak };
   if (reasons === null) {
-    const why = whyMissing(s, ['nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceGetCurrentClocksThrottleReasons'], 'clock-event reasons not supported');
-    return { results: CLOCK_CHECKS.map((c) => gpuResult(ctx, c.check, c.reason, 'skip', why)), next: { slowdown: 0, thermal: 0, power: 0 } };
+    const why = whyMissing(
+      s,
+      ['nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceGetCurrentClocksThrottleReasons'],
+      'clock-event reasons not supported',
+    );
+    return {
+      results: CLOCK_CHECKS.map((c) => gpuResult(ctx, c.check, c.reason, 'skip', why)),
+      next: { slowdown: 0, thermal: 0, power: 0 },
+    };
   }
   const need = ctx.cfg.thresholds.clockEventPolls;
   const results = CLOCK_CHECKS.map((c) => {
@@ -168,19 +298,30 @@ export function checkClockEvents(ctx: Ctx, s: GpuSample, streak: GpuCheckState['
       return gpuResult(ctx, c.check, c.reason, 'ok', `no ${c.what}`);
     }
     next[c.key] = streak[c.key] + 1;
-    if (next[c.key] < need) return gpuResult(ctx, c.check, c.reason, 'skip', `${c.what} active in ${next[c.key]} of ${need} consecutive polls needed`);
-    return gpuResult(ctx, c.check, c.reason, 'fail', `${c.what} active for ${next[c.key]} consecutive polls (clock-event reasons 0x${reasons.toString(16)})`, { clocksEventReasons: reasons });
+    if (next[c.key] < need)
+      return gpuResult(ctx, c.check, c.reason, 'skip', `${c.what} active in ${next[c.key]} of ${need} consecutive polls needed`);
+    return gpuResult(
+      ctx,
+      c.check,
+      c.reason,
+      'fail',
+      `${c.what} active for ${next[c.key]} consecutive polls (clock-event reasons 0x${reasons.toString(16)})`,
+      { clocksEventReasons: reasons },
+    );
   });
   return { results, next };
 }
 
 export function checkTemperature(ctx: Ctx, s: GpuSample): CheckResult {
   const { current, slowdown, shutdown } = s.temperature;
-  const mk = (status: CheckStatus, msg: string) => gpuResult(ctx, 'temperature', 'NvidiaThermalError', status, msg, current === null ? undefined : { temperatureC: current });
+  const mk = (status: CheckStatus, msg: string) =>
+    gpuResult(ctx, 'temperature', 'NvidiaThermalError', status, msg, current === null ? undefined : { temperatureC: current });
   if (current === null) return mk('skip', whyMissing(s, ['nvmlDeviceGetTemperature'], 'temperature not reported'));
   const margin = ctx.cfg.thresholds.shutdownMarginC;
-  if (shutdown !== null && current >= shutdown - margin) return mk('fail', `temperature ${current} °C is within ${margin} °C of the GPU's shutdown threshold ${shutdown} °C`);
-  if (slowdown !== null && current >= slowdown) return mk('fail', `temperature ${current} °C is at or above the GPU's slowdown threshold ${slowdown} °C`);
+  if (shutdown !== null && current >= shutdown - margin)
+    return mk('fail', `temperature ${current} °C is within ${margin} °C of the GPU's shutdown threshold ${shutdown} °C`);
+  if (slowdown !== null && current >= slowdown)
+    return mk('fail', `temperature ${current} °C is at or above the GPU's slowdown threshold ${slowdown} °C`);
   if (slowdown === null && shutdown === null) return mk('skip', `temperature ${current} °C; the GPU reports no thresholds`);
   return mk('ok', `temperature ${current} °C (slowdown ${slowdown ?? '?'} °C, shutdown ${shutdown ?? '?'} °C)`);
 }
@@ -189,25 +330,58 @@ export function checkTemperature(ctx: Ctx, s: GpuSample): CheckResult {
 
 export function checkNvLinkState(ctx: Ctx, s: GpuSample, baseline: readonly number[]): { result: CheckResult; next: number[] } {
   const nv = s.nvlink;
-  if (!nv) return { result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'skip', whyMissing(s, ['nvmlDeviceGetNvLinkState'], 'no NVLink')), next: [...baseline] };
+  if (!nv)
+    return {
+      result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'skip', whyMissing(s, ['nvmlDeviceGetNvLinkState'], 'no NVLink')),
+      next: [...baseline],
+    };
   const active = nv.active.flatMap((a, i) => (a ? [i] : []));
   const down = baseline.filter((l) => !nv.active[l]);
   const next = [...new Set([...baseline, ...active])].sort((a, b) => a - b);
   const expected = ctx.cfg.thresholds.nvlinkExpectedActive;
   const attrs = { nvlinkActive: active.length, nvlinkLinks: nv.active.length };
   if (down.length) {
-    return { result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'fail', `NVLink link${down.length > 1 ? 's' : ''} ${down.join(', ')} went inactive (${active.length} of ${nv.active.length} active)`, { ...attrs, nvlinkDown: down.join(',') }), next };
+    return {
+      result: gpuResult(
+        ctx,
+        'nvlinkState',
+        'NvidiaNVLinkError',
+        'fail',
+        `NVLink link${down.length > 1 ? 's' : ''} ${down.join(', ')} went inactive (${active.length} of ${nv.active.length} active)`,
+        { ...attrs, nvlinkDown: down.join(',') },
+      ),
+      next,
+    };
   }
   if (expected !== null && active.length < expected) {
-    return { result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'fail', `${active.length} NVLink links active, ${expected} expected`, attrs), next };
+    return {
+      result: gpuResult(
+        ctx,
+        'nvlinkState',
+        'NvidiaNVLinkError',
+        'fail',
+        `${active.length} NVLink links active, ${expected} expected`,
+        attrs,
+      ),
+      next,
+    };
   }
-  return { result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'ok', `${active.length} of ${nv.active.length} NVLink links active`), next };
+  return {
+    result: gpuResult(ctx, 'nvlinkState', 'NvidiaNVLinkError', 'ok', `${active.length} of ${nv.active.length} NVLink links active`),
+    next,
+  };
 }
 
-export function checkNvLinkErrors(ctx: Ctx, s: GpuSample, prev: GpuCheckState['nvlinkCounters']): { result: CheckResult; next: GpuCheckState['nvlinkCounters'] } {
+export function checkNvLinkErrors(
+  ctx: Ctx,
+  s: GpuSample,
+  prev: GpuCheckState['nvlinkCounters'],
+): { result: CheckResult; next: GpuCheckState['nvlinkCounters'] } {
   const nv = s.nvlink;
-  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, number>) => gpuResult(ctx, 'nvlinkErrors', 'NvidiaNVLinkErrorCounters', status, msg, attrs);
-  if (!nv) return { result: mk('skip', whyMissing(s, ['nvmlDeviceGetNvLinkErrorCounter', 'nvmlDeviceGetNvLinkState'], 'no NVLink')), next: null };
+  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, number>) =>
+    gpuResult(ctx, 'nvlinkErrors', 'NvidiaNVLinkErrorCounters', status, msg, attrs);
+  if (!nv)
+    return { result: mk('skip', whyMissing(s, ['nvmlDeviceGetNvLinkErrorCounter', 'nvmlDeviceGetNvLinkState'], 'no NVLink')), next: null };
   const next = { at: ctx.now, perLink: nv.counters };
   if (!prev) return { result: mk('skip', 'baseline: NVLink error counters recorded'), next };
   let replayRecovery = 0;
@@ -216,7 +390,7 @@ export function checkNvLinkErrors(ctx: Ctx, s: GpuSample, prev: GpuCheckState['n
     const old = prev.perLink[link];
     if (!row || !old) return;
     // A counter that went down was reset (driver reload): count nothing rather than a negative.
-    const d = (k: number) => Math.max(0, row[k]! - old[k]!);
+    const d = (k: number) => Math.max(0, row[k] - old[k]);
     replayRecovery += d(0) + d(1);
     crc += d(2) + d(3);
   });
@@ -225,7 +399,14 @@ export function checkNvLinkErrors(ctx: Ctx, s: GpuSample, prev: GpuCheckState['n
   const crcRate = crc / seconds;
   const attrs = { nvlinkReplayRecovery: replayRecovery, nvlinkCrc: crc };
   if (replayRecovery >= t.nvlinkReplayRecoveryDelta || crcRate >= t.nvlinkCrcPerSecond) {
-    return { result: mk('fail', `NVLink error counters grew since the last poll: ${replayRecovery} replay/recovery, ${crc} CRC (${crcRate.toFixed(1)}/s)`, attrs), next };
+    return {
+      result: mk(
+        'fail',
+        `NVLink error counters grew since the last poll: ${replayRecovery} replay/recovery, ${crc} CRC (${crcRate.toFixed(1)}/s)`,
+        attrs,
+      ),
+      next,
+    };
   }
   return { result: mk('ok', `NVLink error counters: +${replayRecovery} replay/recovery, +${crc} CRC since the last poll`), next };
 }
@@ -243,22 +424,49 @@ export const RECOVERY_ACTION_NAMES: Record<number, string> = {
 
 export function checkRecoveryAction(ctx: Ctx, s: GpuSample): CheckResult {
   const a = s.recoveryAction;
-  if (a === null) return gpuResult(ctx, 'recoveryAction', 'NvidiaRecoveryActionRequired', 'skip', whyMissing(s, ['nvmlDeviceGetFieldValues'], 'recovery action field not supported (driver before R565?)'));
+  if (a === null)
+    return gpuResult(
+      ctx,
+      'recoveryAction',
+      'NvidiaRecoveryActionRequired',
+      'skip',
+      whyMissing(s, ['nvmlDeviceGetFieldValues'], 'recovery action field not supported (driver before R565?)'),
+    );
   const name = RECOVERY_ACTION_NAMES[a] ?? `action ${a}`;
   if (ctx.cfg.thresholds.recoveryActionsFatal.includes(a)) {
-    return gpuResult(ctx, 'recoveryAction', 'NvidiaRecoveryActionRequired', 'fail', `the driver's recommended recovery action is ${name} (${a})`, { recoveryAction: a });
+    return gpuResult(
+      ctx,
+      'recoveryAction',
+      'NvidiaRecoveryActionRequired',
+      'fail',
+      `the driver's recommended recovery action is ${name} (${a})`,
+      { recoveryAction: a },
+    );
   }
   return gpuResult(ctx, 'recoveryAction', 'NvidiaRecoveryActionRequired', 'ok', `driver recovery action: ${name} (${a})`);
 }
 
 export function checkInforom(ctx: Ctx, s: GpuSample): CheckResult {
-  if (s.inforom === 'corrupted') return gpuResult(ctx, 'inforom', 'NvidiaInfoROMCorrupted', 'fail', 'the InfoROM failed validation (CORRUPTED_INFOROM)');
+  if (s.inforom === 'corrupted')
+    return gpuResult(ctx, 'inforom', 'NvidiaInfoROMCorrupted', 'fail', 'the InfoROM failed validation (CORRUPTED_INFOROM)');
   if (s.inforom === 'valid') return gpuResult(ctx, 'inforom', 'NvidiaInfoROMCorrupted', 'ok', 'InfoROM valid');
-  return gpuResult(ctx, 'inforom', 'NvidiaInfoROMCorrupted', 'skip', whyMissing(s, ['nvmlDeviceValidateInforom'], 'InfoROM validation not supported'));
+  return gpuResult(
+    ctx,
+    'inforom',
+    'NvidiaInfoROMCorrupted',
+    'skip',
+    whyMissing(s, ['nvmlDeviceValidateInforom'], 'InfoROM validation not supported'),
+  );
 }
 
 /** Runs every per-GPU poll check on one sample. */
-export function evaluateGpu(gpu: GpuInfo, s: GpuSample, prev: GpuCheckState, cfg: GpuConfig, now: number): { results: CheckResult[]; state: GpuCheckState } {
+export function evaluateGpu(
+  gpu: GpuInfo,
+  s: GpuSample,
+  prev: GpuCheckState,
+  cfg: GpuConfig,
+  now: number,
+): { results: CheckResult[]; state: GpuCheckState } {
   const ctx: Ctx = { gpu, now, cfg };
   const replay = checkPcieReplay(ctx, s, prev.replay);
   const clocks = checkClockEvents(ctx, s, prev.clockStreak);
@@ -291,9 +499,15 @@ export function evaluateGpu(gpu: GpuInfo, s: GpuSample, prev: GpuCheckState, cfg
 
 export function checkDeviceCount(nvmlCount: number, expected: number, from: string, now: number): CheckResult {
   const base = { check: 'deviceCount', gpu: null, entity: '', reason: 'NvidiaDeviceCountMismatch' };
-  if (nvmlCount >= expected) return { ...base, status: 'ok', message: `NVML sees ${nvmlCount} GPU${nvmlCount === 1 ? '' : 's'}, ${expected} expected (${from})` };
+  if (nvmlCount >= expected)
+    return { ...base, status: 'ok', message: `NVML sees ${nvmlCount} GPU${nvmlCount === 1 ? '' : 's'}, ${expected} expected (${from})` };
   const message = `NVML sees ${nvmlCount} GPU${nvmlCount === 1 ? '' : 's'} but ${expected} are expected (${from}); a GPU failed to initialise or fell off the bus`;
-  return { ...base, status: 'fail', message, finding: { reason: base.reason, message, source: 'nvml', entity: '', at: now, attrs: { nvmlCount, expected } } };
+  return {
+    ...base,
+    status: 'fail',
+    message,
+    finding: { reason: base.reason, message, source: 'nvml', entity: '', at: now, attrs: { nvmlCount, expected } },
+  };
 }
 
 /** NVIDIA GPUs are on the PCI bus but NVML cannot be used. */
@@ -306,12 +520,26 @@ export function driverNotLoaded(detail: string, pciCount: number, libraryPath: s
     reason: 'NvidiaDriverNotLoaded',
     status: 'fail',
     message,
-    finding: { reason: 'NvidiaDriverNotLoaded', message, source: 'nvml', entity: '', at: now, attrs: { pciGpus: pciCount, library: libraryPath } },
+    finding: {
+      reason: 'NvidiaDriverNotLoaded',
+      message,
+      source: 'nvml',
+      entity: '',
+      at: now,
+      attrs: { pciGpus: pciCount, library: libraryPath },
+    },
   };
 }
 
 export function driverLoaded(driverVersion: string | null, libraryPath: string): CheckResult {
-  return { check: 'driver', gpu: null, entity: '', reason: 'NvidiaDriverNotLoaded', status: 'ok', message: `NVML loaded from ${libraryPath}, driver ${driverVersion ?? 'version unknown'}` };
+  return {
+    check: 'driver',
+    gpu: null,
+    entity: '',
+    reason: 'NvidiaDriverNotLoaded',
+    status: 'ok',
+    message: `NVML loaded from ${libraryPath}, driver ${driverVersion ?? 'version unknown'}`,
+  };
 }
 
 /** Human wording for why nvmlInit_v2 failed. */
@@ -340,7 +568,14 @@ export function nvmlTimeout(fn: string, afterMs: number, gpu: GpuInfo | undefine
     reason: 'NvidiaNVMLTimeout',
     status: 'fail',
     message,
-    finding: { reason: 'NvidiaNVMLTimeout', message, source: 'nvml', entity, at: now, attrs: { ...(gpu ? gpuAttrs(gpu) : {}), function: fn, afterMs } },
+    finding: {
+      reason: 'NvidiaNVMLTimeout',
+      message,
+      source: 'nvml',
+      entity,
+      at: now,
+      attrs: { ...(gpu ? gpuAttrs(gpu) : {}), function: fn, afterMs },
+    },
   };
 }
 
@@ -358,7 +593,8 @@ export function gpuGone(gpu: GpuInfo, fn: string, rc: number, now: number): Chec
 export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now = ev.at): Finding[] {
   const entity = entityOf(gpu);
   const label = gpuLabel(gpu);
-  const mig: Record<string, number> = ev.gpuInstanceId !== 0xffffffff ? { gpuInstance: ev.gpuInstanceId, computeInstance: ev.computeInstanceId } : {};
+  const mig: Record<string, number> =
+    ev.gpuInstanceId !== 0xffffffff ? { gpuInstance: ev.gpuInstanceId, computeInstance: ev.computeInstanceId } : {};
   const f = (reason: string, message: string, attrs: Record<string, string | number | boolean> = {}): Finding => ({
     reason,
     message: `${label}: ${message}`,
@@ -372,14 +608,27 @@ export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now =
     const xid = ev.eventData;
     const fatal = cfg.fatalXids.includes(xid);
     const reason = fillTemplate(fatal ? 'NvidiaXID{code}Error' : 'NvidiaXID{code}Warning', { code: xid });
-    out.push(f(reason, `Xid ${xid}${xid === 999 ? ' (unknown Xid)' : ''} reported through NVML events${fatal ? ' (in the fatal Xid list)' : ''}`, { xid }));
+    out.push(
+      f(reason, `Xid ${xid}${xid === 999 ? ' (unknown Xid)' : ''} reported through NVML events${fatal ? ' (in the fatal Xid list)' : ''}`, {
+        xid,
+      }),
+    );
   }
   if (ev.eventType & EVENT_BITS.DoubleBitEccError) out.push(f('NvidiaDoubleBitError', 'uncorrectable (double-bit) ECC error event'));
-  if (ev.eventType & EVENT_BITS.DramRetirementFailure) out.push(f('NvidiaRowRemapFailure', 'DRAM retirement failure event: a failing memory row could not be remapped or retired'));
+  if (ev.eventType & EVENT_BITS.DramRetirementFailure)
+    out.push(f('NvidiaRowRemapFailure', 'DRAM retirement failure event: a failing memory row could not be remapped or retired'));
   if (ev.eventType & EVENT_BITS.GpuUnavailableError) out.push(f('NvidiaGPULost', 'GPU unavailable event: the GPU is no longer usable'));
-  if (ev.eventType & EVENT_BITS.GpuRecoveryAction && ev.recoveryAction !== null && cfg.thresholds.recoveryActionsFatal.includes(ev.recoveryAction)) {
+  if (
+    ev.eventType & EVENT_BITS.GpuRecoveryAction &&
+    ev.recoveryAction !== null &&
+    cfg.thresholds.recoveryActionsFatal.includes(ev.recoveryAction)
+  ) {
     const name = RECOVERY_ACTION_NAMES[ev.recoveryAction] ?? `action ${ev.recoveryAction}`;
-    out.push(f('NvidiaRecoveryActionRequired', `the driver's recommended recovery action changed to ${name} (${ev.recoveryAction})`, { recoveryAction: ev.recoveryAction }));
+    out.push(
+      f('NvidiaRecoveryActionRequired', `the driver's recommended recovery action changed to ${name} (${ev.recoveryAction})`, {
+        recoveryAction: ev.recoveryAction,
+      }),
+    );
   }
   return out;
 }

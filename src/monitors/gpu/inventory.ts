@@ -16,7 +16,7 @@ import type { GpuPoll } from '../../sources/nvml/protocol.ts';
 export function normalizePci(addr: string): string | null {
   const m = /^(?:pci:)?([0-9a-f]{1,8}):([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$/.exec(addr.trim().toLowerCase());
   if (!m) return null;
-  return `${m[1]!.slice(-4).padStart(4, '0')}:${m[2]!.padStart(2, '0')}:${m[3]!.padStart(2, '0')}`;
+  return `${m[1].slice(-4).padStart(4, '0')}:${m[2].padStart(2, '0')}:${m[3].padStart(2, '0')}`;
 }
 
 /** The entity every GPU finding uses (the kernel-log rules use the same, so the engine dedups). */
@@ -99,7 +99,8 @@ export class GpuInventory {
       gpus.map((g) => {
         const id = g.identity;
         const old = previous?.byIndex(g.index);
-        if (!id || id.uuid === null) return old ?? { index: g.index, uuid: null, name: null, pci: null, busId: null, serial: null, driverVersion };
+        if (!id || id.uuid === null)
+          return old ?? { index: g.index, uuid: null, name: null, pci: null, busId: null, serial: null, driverVersion };
         return {
           index: g.index,
           uuid: id.uuid,
@@ -130,7 +131,7 @@ export class GpuInventory {
   /** Same GPUs at the same indexes (what a change of inventory means for event registration). */
   sameAs(other: GpuInventory): boolean {
     if (other.gpus.length !== this.gpus.length) return false;
-    return this.gpus.every((g, i) => g.uuid === other.gpus[i]!.uuid && g.pci === other.gpus[i]!.pci);
+    return this.gpus.every((g, i) => g.uuid === other.gpus[i].uuid && g.pci === other.gpus[i].pci);
   }
 }
 

@@ -12,9 +12,24 @@ import type { Registry } from 'prom-client';
 import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
 import { lookupReason } from '../../catalog/index.ts';
 import { NvmlPollClient, NvmlEventClient, nvmlThreadsLeft, type HangReport, type LogFn } from '../../sources/nvml/client.ts';
-import { NvmlError, NvmlLoadError, NvmlTimeoutError, NVML_RETURN, RC_MISSING_SYMBOL, isGpuGone, nvmlReturnName } from '../../sources/nvml/errors.ts';
+import {
+  NvmlError,
+  NvmlLoadError,
+  NvmlTimeoutError,
+  NVML_RETURN,
+  RC_MISSING_SYMBOL,
+  isGpuGone,
+  nvmlReturnName,
+} from '../../sources/nvml/errors.ts';
 import { NvmlMetrics } from '../../sources/nvml/metrics.ts';
-import { DEFAULT_EVENT_MASK, EVENT_BITS, type EventDevice, type GpuSample, type NvmlEvent, type PollResult } from '../../sources/nvml/protocol.ts';
+import {
+  DEFAULT_EVENT_MASK,
+  EVENT_BITS,
+  type EventDevice,
+  type GpuSample,
+  type NvmlEvent,
+  type PollResult,
+} from '../../sources/nvml/protocol.ts';
 import {
   checkDeviceCount,
   driverLoaded,
@@ -108,7 +123,12 @@ export class GpuMonitor implements Monitor {
     this.sysRoot = opts.sysRoot ?? '/sys';
     this.now = opts.now ?? Date.now;
     this.ownTimer = opts.ownTimer ?? true;
-    this.pollClient = new NvmlPollClient({ libraryPath: this.config.libraryPath, watchdogMs: this.config.watchdog, metrics: this.metrics, log: this.log });
+    this.pollClient = new NvmlPollClient({
+      libraryPath: this.config.libraryPath,
+      watchdogMs: this.config.watchdog,
+      metrics: this.metrics,
+      log: this.log,
+    });
   }
 
   /** Poll interval for an external scheduler. */
@@ -132,7 +152,10 @@ export class GpuMonitor implements Monitor {
     if (this.pciFunctions.length === 0) {
       // No NVIDIA GPU: stay silent, so AcceleratedHardwareReady is neither set healthy nor failed.
       this.state = 'off';
-      this.log({ sysRoot: this.sysRoot, enabled: this.config.enabled }, 'no NVIDIA GPU on the PCI bus (or GPU monitor disabled); GPU monitor off');
+      this.log(
+        { sysRoot: this.sysRoot, enabled: this.config.enabled },
+        'no NVIDIA GPU on the PCI bus (or GPU monitor disabled); GPU monitor off',
+      );
       return;
     }
     this.state = 'running';
@@ -154,7 +177,8 @@ export class GpuMonitor implements Monitor {
     await Promise.all([this.eventClient?.stop(), this.pollClient.close()]);
     this.eventClient = null;
     const left = nvmlThreadsLeft();
-    if (left > 0) this.log({ threads: left }, 'NVML calls still hung after stop; the process cannot exit normally until they return (use exitNow())');
+    if (left > 0)
+      this.log({ threads: left }, 'NVML calls still hung after stop; the process cannot exit normally until they return (use exitNow())');
   }
 
   /** Worker threads still stuck in hung NVML calls (process-wide); see exitNow(). */
@@ -229,14 +253,23 @@ export class GpuMonitor implements Monitor {
           // Every recent worker is still stuck in NVML: don't pile up more threads.
           const h = [...this.hung.values()][0] ?? this.pollClient.lastHang;
           const gpu = h?.gpuIndex != null ? this.gpuAt(h.gpuIndex) : undefined;
-          return [nvmlTimeout(h?.fn ?? 'NVML', h?.afterMs ?? cfg.watchdog, gpu, now, `${this.pollClient.stuckWorkers} worker threads are still stuck, so this poll was skipped`)];
+          return [
+            nvmlTimeout(
+              h?.fn ?? 'NVML',
+              h?.afterMs ?? cfg.watchdog,
+              gpu,
+              now,
+              `${this.pollClient.stuckWorkers} worker threads are still stuck, so this poll was skipped`,
+            ),
+          ];
         }
         try {
           const init = await this.pollClient.init();
           this.nvmlUp = true;
           this.driverVersion = init.driverVersion;
           this.missing = init.missing;
-          if (init.missing.length) this.log({ missing: init.missing }, 'NVML library lacks some symbols (older driver); the checks that need them are skipped');
+          if (init.missing.length)
+            this.log({ missing: init.missing }, 'NVML library lacks some symbols (older driver); the checks that need them are skipped');
         } catch (err) {
           return [this.failure(err, now)];
         }
@@ -261,7 +294,10 @@ export class GpuMonitor implements Monitor {
     }
     const n = this.pciFunctions.length;
     if (err instanceof NvmlLoadError) return driverNotLoaded(err.message, n, this.config.libraryPath, now);
-    if (err instanceof NvmlError && (err.fn === 'nvmlInit_v2' || err.code === NVML_RETURN.UNINITIALIZED || err.code === NVML_RETURN.DRIVER_NOT_LOADED)) {
+    if (
+      err instanceof NvmlError &&
+      (err.fn === 'nvmlInit_v2' || err.code === NVML_RETURN.UNINITIALIZED || err.code === NVML_RETURN.DRIVER_NOT_LOADED)
+    ) {
       this.pollClient.reset('init-failed');
       return driverNotLoaded(err.fn === 'nvmlInit_v2' ? initFailureDetail(err.code) : err.message, n, this.config.libraryPath, now);
     }
@@ -277,7 +313,10 @@ export class GpuMonitor implements Monitor {
     for (const g of res.gpus) if (g.skipped && !g.identity) g.identity = this.pollClient.identityAt(g.index) ?? null;
     const inv = GpuInventory.fromPoll(res.gpus, this.driverVersion, this.inv);
     if (!inv.sameAs(this.inv)) {
-      this.log({ gpus: inv.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pci: g.pci })) }, this.inv.gpus.length ? 'GPU inventory changed' : 'GPU inventory');
+      this.log(
+        { gpus: inv.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pci: g.pci })) },
+        this.inv.gpus.length ? 'GPU inventory changed' : 'GPU inventory',
+      );
       if (this.inv.gpus.length && this.eventClient) this.restartEvents('inventory-changed', 0);
     }
     this.inv = inv;
@@ -285,7 +324,10 @@ export class GpuMonitor implements Monitor {
     this.metrics.gpuCount.set({ source: 'nvml' }, res.count);
     this.metrics.gpuCount.set({ source: 'expected' }, expected.count);
 
-    const results: CheckResult[] = [driverLoaded(this.driverVersion, cfg.libraryPath), checkDeviceCount(res.count, expected.count, expected.from, now)];
+    const results: CheckResult[] = [
+      driverLoaded(this.driverVersion, cfg.libraryPath),
+      checkDeviceCount(res.count, expected.count, expected.from, now),
+    ];
     let reinit = false;
     const samples: Record<number, GpuSample> = {};
     for (const g of res.gpus) {
@@ -302,7 +344,14 @@ export class GpuMonitor implements Monitor {
         continue;
       }
       if (g.handleRc !== 0) {
-        results.push({ check: 'gpuLost', gpu: g.index, entity: entityOf(gpu), reason: '', status: 'skip', message: `GPU ${g.index}: nvmlDeviceGetHandleByIndex_v2 returned ${nvmlReturnName(g.handleRc)}` });
+        results.push({
+          check: 'gpuLost',
+          gpu: g.index,
+          entity: entityOf(gpu),
+          reason: '',
+          status: 'skip',
+          message: `GPU ${g.index}: nvmlDeviceGetHandleByIndex_v2 returned ${nvmlReturnName(g.handleRc)}`,
+        });
         continue;
       }
       if (!g.sample) continue;
@@ -332,7 +381,8 @@ export class GpuMonitor implements Monitor {
     const sent = new Set<string>();
     const at = this.now();
     for (const r of results) {
-      if (r.reason) this.metrics.checkFailing.set({ check: r.check, gpu: r.gpu === null ? '' : String(r.gpu) }, r.status === 'fail' ? 1 : 0);
+      if (r.reason)
+        this.metrics.checkFailing.set({ check: r.check, gpu: r.gpu === null ? '' : String(r.gpu) }, r.status === 'fail' ? 1 : 0);
       if (r.status === 'fail' && r.finding) out.finding(r.finding);
       if (r.status !== 'ok' || failing.has(key(r)) || sent.has(key(r))) continue;
       if (lookupReason(r.reason)?.recovery.kind !== 'whenHealthy') continue;
@@ -370,8 +420,12 @@ export class GpuMonitor implements Monitor {
           this.eventBackoffMs = 1_000;
           this.eventStatus = { status: 'running', detail: null, devices };
           const unregistered = devices.filter((d) => d.rc !== 0);
-          this.log({ devices: devices.map((d) => ({ index: d.index, mask: `0x${d.mask.toString(16)}`, rc: nvmlReturnName(d.rc) })), missing }, 'NVML events registered');
-          if (unregistered.length) this.log({ gpus: unregistered.map((d) => d.index) }, 'some GPUs do not support NVML events; only polls cover them');
+          this.log(
+            { devices: devices.map((d) => ({ index: d.index, mask: `0x${d.mask.toString(16)}`, rc: nvmlReturnName(d.rc) })), missing },
+            'NVML events registered',
+          );
+          if (unregistered.length)
+            this.log({ gpus: unregistered.map((d) => d.index) }, 'some GPUs do not support NVML events; only polls cover them');
         },
         event: (e) => this.onEvent(e),
         waitError: (rc, g) => {
@@ -448,14 +502,31 @@ export class GpuMonitor implements Monitor {
     if (known?.uuid) return known;
     const id = this.pollClient.identityAt(index);
     if (!id) return known;
-    return { index, uuid: id.uuid, name: id.name, pci: id.busId ? normalizePci(id.busId) : null, busId: id.busId, serial: id.serial, driverVersion: this.driverVersion };
+    return {
+      index,
+      uuid: id.uuid,
+      name: id.name,
+      pci: id.busId ? normalizePci(id.busId) : null,
+      busId: id.busId,
+      serial: id.serial,
+      driverVersion: this.driverVersion,
+    };
   }
 
   /** The GPU an event or error names, from the event worker's own data or the inventory. */
   private gpuFor(index: number | null, uuid: string | null, busId: string | null): GpuInfo {
-    const known = (uuid && this.inv.byUuid(uuid)) || (busId && this.inv.byPci(busId)) || (index !== null ? this.inv.byIndex(index) : undefined);
+    const known =
+      (uuid && this.inv.byUuid(uuid)) || (busId && this.inv.byPci(busId)) || (index !== null ? this.inv.byIndex(index) : undefined);
     if (known) return known;
-    return { index: index ?? -1, uuid, name: null, pci: busId ? normalizePci(busId) : null, busId, serial: null, driverVersion: this.driverVersion };
+    return {
+      index: index ?? -1,
+      uuid,
+      name: null,
+      pci: busId ? normalizePci(busId) : null,
+      busId,
+      serial: null,
+      driverVersion: this.driverVersion,
+    };
   }
 
   private emit(f: Finding): void {

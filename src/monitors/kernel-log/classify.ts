@@ -14,8 +14,15 @@ import type { Finding, SourceName } from '../../api/types.ts';
 import type { NpdConfig } from './npd.ts';
 import { NpdMatcher } from './npd.ts';
 import {
-  BUILTIN_RULES, DEFAULT_FATAL_XIDS, DEFAULT_IGNORED_BLOCK_DEVICES, DEFAULT_PCIE_CORRECTED_THRESHOLD,
-  fallenOffHit, normalizePci, type KernelRule, type RuleEnv, type RuleHit,
+  BUILTIN_RULES,
+  DEFAULT_FATAL_XIDS,
+  DEFAULT_IGNORED_BLOCK_DEVICES,
+  DEFAULT_PCIE_CORRECTED_THRESHOLD,
+  fallenOffHit,
+  normalizePci,
+  type KernelRule,
+  type RuleEnv,
+  type RuleHit,
 } from './rules.ts';
 import { fillGroups, type UserRule } from './user-rules.ts';
 
@@ -130,12 +137,12 @@ export class KernelLogClassifier {
   private nvidiaState(msg: string, at: number): RuleHit | null | undefined {
     const u = UUID_LINE.exec(msg);
     if (u) {
-      if (this.uuids.size >= MAX_GPUS && !this.uuids.has(normalizePci(u[1]!))) this.uuids.delete(this.uuids.keys().next().value!);
-      this.uuids.set(normalizePci(u[1]!), u[2]!.toLowerCase().replace(/^gpu-/, 'GPU-'));
+      if (this.uuids.size >= MAX_GPUS && !this.uuids.has(normalizePci(u[1]))) this.uuids.delete(this.uuids.keys().next().value!);
+      this.uuids.set(normalizePci(u[1]), u[2].toLowerCase().replace(/^gpu-/, 'GPU-'));
       return null;
     }
     const start = FALLEN_START.exec(msg);
-    if (start) this.fallenStart = { pci: normalizePci(start[1]!), at };
+    if (start) this.fallenStart = { pci: normalizePci(start[1]), at };
     if (!msg.includes(FALLEN_END)) return start ? null : undefined;
     // The end of the multi-line message: in this record, or within the window after its start.
     const s = this.fallenStart;

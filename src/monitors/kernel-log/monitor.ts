@@ -85,7 +85,9 @@ export class KernelLogMonitor implements Monitor {
     const ro: KmsgReaderOptions = {
       ...this.opts.reader,
       onRecords: (recs) => this.onRecords(recs),
-      onLost: (n) => { this.lost += n; },
+      onLost: (n) => {
+        this.lost += n;
+      },
       onError: (err) => this.opts.onError?.(err),
     };
     if (this.lastCursor) ro.cursor = this.lastCursor;

@@ -48,9 +48,20 @@ export interface NpdConfig {
 }
 
 const POSIX: Record<string, string> = {
-  alnum: '0-9A-Za-z', alpha: 'A-Za-z', ascii: '\\x00-\\x7F', blank: '\\t ', cntrl: '\\x00-\\x1F\\x7F',
-  digit: '0-9', graph: '!-~', lower: 'a-z', print: ' -~', punct: '!-\\/:-@\\[-`{-~', space: '\\t\\n\\v\\f\\r ',
-  upper: 'A-Z', word: '0-9A-Za-z_', xdigit: '0-9A-Fa-f',
+  alnum: '0-9A-Za-z',
+  alpha: 'A-Za-z',
+  ascii: '\\x00-\\x7F',
+  blank: '\\t ',
+  cntrl: '\\x00-\\x1F\\x7F',
+  digit: '0-9',
+  graph: '!-~',
+  lower: 'a-z',
+  print: ' -~',
+  punct: '!-\\/:-@\\[-`{-~',
+  space: '\\t\\n\\v\\f\\r ',
+  upper: 'A-Z',
+  word: '0-9A-Za-z_',
+  xdigit: '0-9A-Fa-f',
 };
 
 /** Translates a Go RE2 pattern to a JS RegExp source and flags; throws on what JS cannot express. */
@@ -59,8 +70,8 @@ export function goRegexToJs(pattern: string): { source: string; flags: string } 
   let flags = '';
   const lead = /^\(\?([imsU]+)\)/.exec(src);
   if (lead) {
-    if (lead[1]!.includes('U')) throw new Error('the ungreedy flag (?U) has no JS equivalent');
-    flags = [...new Set(lead[1]!.split(''))].join('');
+    if (lead[1].includes('U')) throw new Error('the ungreedy flag (?U) has no JS equivalent');
+    flags = [...new Set(lead[1].split(''))].join('');
     src = src.slice(lead[0].length);
   }
   if (/\(\?[imsU-]+[:)]/.test(src)) throw new Error('inline flag groups other than a leading (?flags) are not supported');
@@ -114,7 +125,8 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
     return ms;
   };
   const skip = o.skipList ?? [];
-  if (!Array.isArray(skip) || skip.some((s) => typeof s !== 'string')) throw new Error(`${file}: field "skipList": expected a list of strings`);
+  if (!Array.isArray(skip) || skip.some((s) => typeof s !== 'string'))
+    throw new Error(`${file}: field "skipList": expected a list of strings`);
 
   const condList = o.conditions ?? [];
   if (!Array.isArray(condList)) throw new Error(`${file}: field "conditions": expected a list`);
@@ -131,7 +143,13 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   const rules = ruleList.map((r, i) => compileNpdRule(r, i, file, declared));
 
   const cfg: NpdConfig = {
-    file, plugin, source: optStr('source') ?? 'npd', bufferSize, skipList: skip as string[], conditions, rules,
+    file,
+    plugin,
+    source: optStr('source') ?? 'npd',
+    bufferSize,
+    skipList: skip as string[],
+    conditions,
+    rules,
   };
   const logPath = optStr('logPath');
   if (logPath !== undefined) cfg.logPath = logPath;
@@ -175,7 +193,8 @@ function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<str
     if (!declared.has(rule.condition)) throw new Error(`${where}: field "condition": ${rule.condition} is not declared in "conditions"`);
   }
   if (o.patternGeneratedMessageSuffix !== undefined) {
-    if (typeof o.patternGeneratedMessageSuffix !== 'string') throw new Error(`${where}: field "patternGeneratedMessageSuffix": expected a string`);
+    if (typeof o.patternGeneratedMessageSuffix !== 'string')
+      throw new Error(`${where}: field "patternGeneratedMessageSuffix": expected a string`);
     if (o.patternGeneratedMessageSuffix) rule.suffix = o.patternGeneratedMessageSuffix;
   }
   return rule;
@@ -206,7 +225,10 @@ export class NpdMatcher {
   private readonly buffer: string[] = [];
   private readonly anyMultiline: boolean;
 
-  constructor(readonly config: NpdConfig, private readonly opts: NpdOptions = {}) {
+  constructor(
+    readonly config: NpdConfig,
+    private readonly opts: NpdOptions = {},
+  ) {
     this.anyMultiline = config.rules.some((r) => r.multiline);
   }
 
@@ -259,7 +281,7 @@ export class NpdMatcher {
 function coveredLines(buffer: readonly string[], joined: string, start: number): string {
   let pos = 0;
   for (let i = 0; i < buffer.length; i++) {
-    const end = pos + buffer[i]!.length;
+    const end = pos + buffer[i].length;
     if (start <= end) return buffer.slice(i).join('\n');
     pos = end + 1;
   }

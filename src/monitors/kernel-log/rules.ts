@@ -53,7 +53,7 @@ export function normalizePci(raw: string): string {
   if (s.startsWith('pci:')) s = s.slice(4);
   s = s.replace(/\.[0-7]$/, '');
   const parts = s.split(':');
-  if (parts.length === 3) parts[0] = parts[0]!.padStart(4, '0').slice(-4);
+  if (parts.length === 3) parts[0] = parts[0].padStart(4, '0').slice(-4);
   else if (parts.length === 2) parts.unshift('0000');
   return parts.join(':');
 }
@@ -73,13 +73,13 @@ const xid: KernelRule = {
   match(msg, env) {
     const m = XID.exec(msg);
     if (!m) return null;
-    const pci = normalizePci(m[1]!);
+    const pci = normalizePci(m[1]);
     const code = Number(m[2]);
     let rest = m[3] ?? '';
     const attrs: Record<string, string | number | boolean> = { pci, xid: code };
     const pn = PID_NAME.exec(rest);
     if (pn) {
-      const pid = pn[1]!.replace(/'/g, '');
+      const pid = pn[1].replace(/'/g, '');
       if (/^\d+$/.test(pid)) attrs.pid = Number(pid);
       if (pn[2] && pn[2] !== '<unknown>') attrs.process = pn[2];
       rest = pn[3] ?? '';
@@ -88,12 +88,12 @@ const xid: KernelRule = {
     if (code >= 144 && code <= 150) {
       // NVLink5: the line itself says Fatal or Nonfatal; only Fatal needs a reset.
       const t = NVLINK5.exec(rest);
-      fatal = t !== null && t[1]!.toLowerCase() === 'fatal';
+      fatal = t !== null && t[1].toLowerCase() === 'fatal';
       if (t) attrs.nvlinkSeverity = t[1]!;
     } else if (code === 154) {
       const a = XID154.exec(rest);
-      fatal = a !== null && XID154_FATAL_ACTIONS.has(a[2]!.trim().toLowerCase());
-      if (a) attrs.recoveryAction = a[2]!.trim();
+      fatal = a !== null && XID154_FATAL_ACTIONS.has(a[2].trim().toLowerCase());
+      if (a) attrs.recoveryAction = a[2].trim();
     }
     const reason = fillTemplate(fatal ? 'NvidiaXID{code}Error' : 'NvidiaXID{code}Warning', { code });
     return { reason, entity: `gpu:${pci}`, summary: `NVIDIA Xid ${code} on GPU ${pci}`, attrs };
@@ -110,7 +110,7 @@ const fallenOff: KernelRule = {
   match(msg) {
     const m = FALLEN_NEW.exec(msg) ?? FALLEN_OLD.exec(msg);
     if (!m) return null;
-    return fallenOffHit(normalizePci(m[1]!));
+    return fallenOffHit(normalizePci(m[1]));
   },
 };
 
@@ -131,7 +131,7 @@ const initFailed: KernelRule = {
   match(msg) {
     if (!msg.includes('NVRM')) return null;
     const m = INIT_FAILED.exec(msg);
-    const pci = m ? normalizePci(m[1]!) : undefined;
+    const pci = m ? normalizePci(m[1]) : undefined;
     return {
       reason: 'NvidiaGPUInitFailed',
       entity: pci ? `gpu:${pci}` : '',
@@ -165,7 +165,7 @@ const sxid: KernelRule = {
   match(msg) {
     const m = SXID.exec(msg);
     if (!m) return null;
-    const pci = normalizePci(m[2]!);
+    const pci = normalizePci(m[2]);
     const code = Number(m[3]);
     const fatal = m[4] === 'Fatal';
     return {
@@ -188,7 +188,7 @@ const ncclCrash: KernelRule = {
       reason: 'NvidiaNCCLError',
       entity: '',
       summary: `process ${p ? `${p[1]} (pid ${p[2]}) ` : ''}crashed in libnccl`,
-      ...(p ? { attrs: { process: p[1]!, pid: Number(p[2]) } } : {}),
+      ...(p ? { attrs: { process: p[1], pid: Number(p[2]) } } : {}),
     };
   },
 };
@@ -203,7 +203,10 @@ const softLockup: KernelRule = {
     const m = SOFT_LOCKUP.exec(msg);
     if (!m) return null;
     const attrs: Record<string, string | number> = { cpu: Number(m[1]), seconds: Number(m[2]) };
-    if (m[3]) { attrs.process = m[3]; attrs.pid = Number(m[4]); }
+    if (m[3]) {
+      attrs.process = m[3];
+      attrs.pid = Number(m[4]);
+    }
     return { reason: 'SoftLockup', entity: '', summary: `CPU ${m[1]} stuck in the kernel for ${m[2]}s`, attrs };
   },
 };
@@ -219,7 +222,7 @@ const appBlocked: KernelRule = {
       reason: 'AppBlocked',
       entity: '',
       summary: `task ${m[1]} (pid ${m[2]}) blocked for more than ${m[3]}s`,
-      attrs: { process: m[1]!, pid: Number(m[2]), seconds: Number(m[3]) },
+      attrs: { process: m[1], pid: Number(m[2]), seconds: Number(m[3]) },
     };
   },
 };
@@ -236,14 +239,15 @@ const appCrash: KernelRule = {
       reason: 'AppCrash',
       entity: '',
       summary: `process ${m[1]} (pid ${m[2]}) crashed`,
-      attrs: { process: m[1]!, pid: Number(m[2]) },
+      attrs: { process: m[1], pid: Number(m[2]) },
     };
   },
 };
 
 // Anchored at the start of the message (after optional dmesg-style "[...]" prefixes), so a
 // "traps: x[1] general protection fault" (user space) or a WARNING splat does not count.
-const KERNEL_BUG_HEAD = /^(?:\[[^\]]{0,40}\]\s*){0,3}(?:BUG: |kernel BUG at |Oops\b|Internal error: Oops|general protection fault\b|divide error: \d+ \[#|invalid opcode: \d+ \[#)/;
+const KERNEL_BUG_HEAD =
+  /^(?:\[[^\]]{0,40}\]\s*){0,3}(?:BUG: |kernel BUG at |Oops\b|Internal error: Oops|general protection fault\b|divide error: \d+ \[#|invalid opcode: \d+ \[#)/;
 const KERNEL_BUG_ANY = /unable to handle kernel (?:NULL pointer dereference|paging request)/;
 const kernelBug: KernelRule = {
   name: 'kernel-bug',
@@ -266,7 +270,7 @@ const oomKill: KernelRule = {
       reason: 'OOMKilling',
       entity: '',
       summary: `${cgroup ? 'memory cgroup ' : ''}OOM killer killed ${m[3]} (pid ${m[2]})`,
-      attrs: { pid: Number(m[2]), process: m[3]!, cgroup },
+      attrs: { pid: Number(m[2]), process: m[3], cgroup },
     };
   },
 };
@@ -283,20 +287,21 @@ const cper: KernelRule = {
       reason: fatal ? 'HardwareErrorFatal' : 'HardwareErrorCorrected',
       entity: '',
       summary: `UEFI CPER ${m[1]} hardware error`,
-      attrs: { severity: m[1]! },
+      attrs: { severity: m[1] },
     };
   },
 };
 
-const AER = /(?:(\S+) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: severity=(Corrected|Correctable|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))(?:, type=([A-Za-z ]+))?/;
+const AER =
+  /(?:(\S+) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: severity=(Corrected|Correctable|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))(?:, type=([A-Za-z ]+))?/;
 const aer: KernelRule = {
   name: 'pcie-aer',
   keywords: ['PCIe Bus Error'],
   match(msg, env) {
     const m = AER.exec(msg);
     if (!m) return null;
-    const bdf = m[2]!.toLowerCase();
-    const sev = m[3]!;
+    const bdf = m[2].toLowerCase();
+    const sev = m[3];
     const attrs: Record<string, string> = { device: bdf, severity: sev };
     if (m[1]) attrs.driver = m[1];
     if (m[4]) attrs.type = m[4].trim();
@@ -305,8 +310,11 @@ const aer: KernelRule = {
     const where = `${bdf}${m[1] ? ` (${m[1]})` : ''}${gpu ? ` above GPU ${gpu}` : ''}`;
     if (sev.startsWith('Correct')) {
       return {
-        reason: 'PCIeCorrectedErrors', entity: `pci:${bdf}`, summary: `PCIe corrected error on ${where}`,
-        attrs, threshold: { ...env.pcieCorrectedThreshold },
+        reason: 'PCIeCorrectedErrors',
+        entity: `pci:${bdf}`,
+        summary: `PCIe corrected error on ${where}`,
+        attrs,
+        threshold: { ...env.pcieCorrectedThreshold },
       };
     }
     const fatal = sev.endsWith('(Fatal)');
@@ -338,10 +346,13 @@ const blockIo: KernelRule = {
   match(msg, env) {
     const m = BLK_ERR.exec(msg);
     const b = m ? null : BUFFER_IO.exec(msg);
-    const dev = m ? m[2]! : b ? b[1]! : undefined;
+    const dev = m ? m[2] : b ? b[1] : undefined;
     if (!dev || env.ignoredBlockDevices.test(dev)) return null;
     const attrs: Record<string, string | number> = { device: dev };
-    if (m) { attrs.sector = Number(m[3]); attrs.kind = m[1]!; } else attrs.block = Number(b![2]);
+    if (m) {
+      attrs.sector = Number(m[3]);
+      attrs.kind = m[1]!;
+    } else attrs.block = Number(b![2]);
     return { reason: 'BlockDeviceIOError', entity: `blockdev:${dev}`, summary: `${m ? m[1] : 'buffer I/O'} error on ${dev}`, attrs };
   },
 };
@@ -354,7 +365,12 @@ const ext4: KernelRule = {
     const m = EXT4_ERR.exec(msg);
     if (!m) return null;
     const dev = m[1];
-    return { reason: 'Ext4Error', entity: dev ? `blockdev:${dev}` : '', summary: `ext4 error${dev ? ` on ${dev}` : ''}`, ...(dev ? { attrs: { device: dev } } : {}) };
+    return {
+      reason: 'Ext4Error',
+      entity: dev ? `blockdev:${dev}` : '',
+      summary: `ext4 error${dev ? ` on ${dev}` : ''}`,
+      ...(dev ? { attrs: { device: dev } } : {}),
+    };
   },
 };
 
@@ -366,7 +382,12 @@ const xfs: KernelRule = {
     const m = XFS_DOWN.exec(msg);
     if (!m && !msg.includes('xfs_do_force_shutdown')) return null;
     const dev = m?.[1];
-    return { reason: 'XFSShutdown', entity: dev ? `blockdev:${dev}` : '', summary: `XFS shut down${dev ? ` on ${dev}` : ''}`, ...(dev ? { attrs: { device: dev } } : {}) };
+    return {
+      reason: 'XFSShutdown',
+      entity: dev ? `blockdev:${dev}` : '',
+      summary: `XFS shut down${dev ? ` on ${dev}` : ''}`,
+      ...(dev ? { attrs: { device: dev } } : {}),
+    };
   },
 };
 
@@ -380,15 +401,32 @@ const readOnly: KernelRule = {
     if (!m) return null;
     const dev = m[1];
     return {
-      reason: 'FilesystemReadOnly', entity: dev ? `blockdev:${dev}` : '',
-      summary: `filesystem${dev ? ` on ${dev}` : ''} remounted read-only`, ...(dev ? { attrs: { device: dev } } : {}),
+      reason: 'FilesystemReadOnly',
+      entity: dev ? `blockdev:${dev}` : '',
+      summary: `filesystem${dev ? ` on ${dev}` : ''} remounted read-only`,
+      ...(dev ? { attrs: { device: dev } } : {}),
     };
   },
 };
 
 /** All built-in rules in priority order (first hit wins). */
 export const BUILTIN_RULES: readonly KernelRule[] = [
-  xid, fallenOff, initFailed, gspTimeout, sxid, ncclCrash,
-  softLockup, appBlocked, appCrash, kernelBug, oomKill, cper, aer, conntrack,
-  blockIo, ext4, xfs, readOnly,
+  xid,
+  fallenOff,
+  initFailed,
+  gspTimeout,
+  sxid,
+  ncclCrash,
+  softLockup,
+  appBlocked,
+  appCrash,
+  kernelBug,
+  oomKill,
+  cper,
+  aer,
+  conntrack,
+  blockIo,
+  ext4,
+  xfs,
+  readOnly,
 ];

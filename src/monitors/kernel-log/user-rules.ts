@@ -44,16 +44,20 @@ const duration = z.string().refine((s) => parseDuration(s) !== undefined, 'expec
 const ruleSchema = z.strictObject({
   name: z.string().min(1).optional(),
   pattern: z.string().min(1),
-  flags: z.string().regex(/^[imsu]*$/, 'only the flags i, m, s and u are allowed').optional(),
+  flags: z
+    .string()
+    .regex(/^[imsu]*$/, 'only the flags i, m, s and u are allowed')
+    .optional(),
   contains: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
   reason: z.string().regex(/^[A-Z][A-Za-z0-9]*$/, 'expected a PascalCase reason such as Mlx5Fatal'),
   severity: z.enum(['Fatal', 'Warning', 'Info']).optional(),
-  condition: z.string().regex(/^[A-Z][A-Za-z0-9]*$/, 'expected a condition type such as KernelReady').optional(),
-  recovery: z.union([
-    z.literal('untilReboot'),
-    z.strictObject({ whenHealthy: z.number().int().min(1) }),
-    z.strictObject({ ttl: duration }),
-  ]).optional(),
+  condition: z
+    .string()
+    .regex(/^[A-Z][A-Za-z0-9]*$/, 'expected a condition type such as KernelReady')
+    .optional(),
+  recovery: z
+    .union([z.literal('untilReboot'), z.strictObject({ whenHealthy: z.number().int().min(1) }), z.strictObject({ ttl: duration })])
+    .optional(),
   entity: z.string().optional(),
   message: z.string().optional(),
   threshold: z.strictObject({ count: z.number().int().min(1), window: duration }).optional(),
@@ -87,11 +91,13 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   const label = (name?: unknown) => `${file}: rule ${i}${typeof name === 'string' && name ? ` (${name})` : ''}`;
   const r = ruleSchema.safeParse(raw);
   if (!r.success) {
-    const issue = r.error.issues[0]!;
+    const issue = r.error.issues[0];
     const name = raw && typeof raw === 'object' ? (raw as { name?: unknown }).name : undefined;
     if (issue.code === 'unrecognized_keys') {
       const at = issue.path.length ? `${issue.path.join('.')}.` : '';
-      throw new Error(`${label(name)}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${at}${k}"`).join(', ')}`);
+      throw new Error(
+        `${label(name)}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${at}${k}"`).join(', ')}`,
+      );
     }
     if (issue.path.length === 0) throw new Error(`${label(name)}: expected a mapping with at least "pattern" and "reason"`);
     throw new Error(`${label(name)}: field "${issue.path.join('.')}": ${issue.message}`);

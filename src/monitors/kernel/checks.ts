@@ -32,10 +32,17 @@ export function checkLimits(s: LimitsSample, cfg: KernelConfig, at: number): Che
     const used = s.filesAllocated / s.fileMax;
     if (used >= cfg.openFilesRatio) {
       r.findings.push(
-        finding('ApproachingMaxOpenFiles', 'procfs', '', `${s.filesAllocated} file handles use ${pct(used)} of fs.file-max ${s.fileMax}`, at, {
-          allocated: s.filesAllocated,
-          max: s.fileMax,
-        }),
+        finding(
+          'ApproachingMaxOpenFiles',
+          'procfs',
+          '',
+          `${s.filesAllocated} file handles use ${pct(used)} of fs.file-max ${s.fileMax}`,
+          at,
+          {
+            allocated: s.filesAllocated,
+            max: s.fileMax,
+          },
+        ),
       );
     } else r.healthy.push({ reasons: ['ApproachingMaxOpenFiles'], entity: '', source: 'procfs' });
   }
@@ -70,10 +77,17 @@ export function checkClock(t: TimexSample | undefined, at: number): CheckReport 
   if (t.status & STA_UNSYNC) {
     return {
       findings: [
-        finding('ClockUnsynchronized', 'procfs', '', `the kernel clock is not synchronised (STA_UNSYNC; max error ${t.maxErrorUs} µs)`, at, {
-          status: t.status,
-          maxErrorUs: t.maxErrorUs,
-        }),
+        finding(
+          'ClockUnsynchronized',
+          'procfs',
+          '',
+          `the kernel clock is not synchronised (STA_UNSYNC; max error ${t.maxErrorUs} µs)`,
+          at,
+          {
+            status: t.status,
+            maxErrorUs: t.maxErrorUs,
+          },
+        ),
       ],
       healthy: [],
     };
@@ -112,7 +126,10 @@ export function checkWarnings(newWarnings: number | undefined, via: 'warn_count'
   if (newWarnings >= cfg.warningsPerWindow) {
     return {
       findings: [
-        finding('RepeatedKernelWarnings', source, '', `${newWarnings} kernel WARNINGs since the last poll (${via})`, at, { warnings: newWarnings, via }),
+        finding('RepeatedKernelWarnings', source, '', `${newWarnings} kernel WARNINGs since the last poll (${via})`, at, {
+          warnings: newWarnings,
+          via,
+        }),
       ],
       healthy: [],
     };

@@ -54,7 +54,10 @@ export function checkInterfaces(links: LinkSample[], streak: Consecutive, exclud
     seen.add(key);
     if (streak.bad(key)) {
       r.findings.push(
-        finding(bad, 'sysfs', entity, `interface ${l.name} ${why}`, at, { flags: `0x${l.flags.toString(16)}`, operstate: l.operstate ?? '' }),
+        finding(bad, 'sysfs', entity, `interface ${l.name} ${why}`, at, {
+          flags: `0x${l.flags.toString(16)}`,
+          operstate: l.operstate ?? '',
+        }),
       );
     }
   }
@@ -93,7 +96,7 @@ export function checkSysctl(s: SysctlSample, cfg: NetworkingConfig, at: number):
 /** `ethtool -S` output → counter map. */
 export function parseEthtoolStats(text: string): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const m of text.matchAll(/^\s*([\w.[\]-]+):\s*(\d+)\s*$/gm)) out[m[1]!] = Number(m[2]);
+  for (const m of text.matchAll(/^\s*([\w.[\]-]+):\s*(\d+)\s*$/gm)) out[m[1]] = Number(m[2]);
   return out;
 }
 
@@ -128,7 +131,9 @@ export function checkEna(
     if (buckets.take(`${iface}\0${counter}`, cfg.ena.burst[counter], refill, delta)) {
       r.healthy.push({ reasons: [reason], entity, source: 'exec' });
     } else {
-      r.findings.push(finding(reason, 'exec', entity, `${iface}: ${counter} grew by ${delta} since the last poll`, at, { counter, delta, total: b }));
+      r.findings.push(
+        finding(reason, 'exec', entity, `${iface}: ${counter} grew by ${delta} since the last poll`, at, { counter, delta, total: b }),
+      );
     }
   }
   return r;
@@ -180,7 +185,11 @@ export function checkRdma(
       if (a !== undefined && b !== undefined && b - a >= limit) grew.push(`${name} +${b - a}`);
     }
     if (grew.length > 0) {
-      r.findings.push(finding('RDMAPortErrors', 'sysfs', entity, `RDMA port ${p.port} error counters grew: ${grew.join(', ')}`, at, { counters: grew.join(',') }));
+      r.findings.push(
+        finding('RDMAPortErrors', 'sysfs', entity, `RDMA port ${p.port} error counters grew: ${grew.join(', ')}`, at, {
+          counters: grew.join(','),
+        }),
+      );
     } else r.healthy.push({ reasons: ['RDMAPortErrors'], entity, source: 'sysfs' });
   }
   streak.retain(seen);
@@ -190,5 +199,8 @@ export function checkRdma(
 
 export function checkDns(host: string, error: string | undefined, at: number): CheckReport {
   if (error === undefined) return { findings: [], healthy: [{ reasons: ['DNSResolutionFailed'], entity: '', source: 'exec' }] };
-  return { findings: [finding('DNSResolutionFailed', 'exec', '', `cannot resolve the API server name ${host}: ${error}`, at, { host })], healthy: [] };
+  return {
+    findings: [finding('DNSResolutionFailed', 'exec', '', `cannot resolve the API server name ${host}: ${error}`, at, { host })],
+    healthy: [],
+  };
 }

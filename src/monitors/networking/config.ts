@@ -65,17 +65,15 @@ export const networkingConfigSchema = z
         /** `<device>/<port>` names (e.g. `mlx5_0/1`) matching these are not checked (uncabled ports). */
         excludedPorts: regexList([]),
         /** Error counters (ports/N/counters/<name>) and the growth per poll that is reported. */
-        errorCounters: z
-          .record(z.string(), z.number().int().min(1))
-          .default({
-            symbol_error: 10,
-            link_error_recovery: 1,
-            link_downed: 1,
-            port_rcv_errors: 10,
-            port_rcv_remote_physical_errors: 10,
-            local_link_integrity_errors: 1,
-            excessive_buffer_overrun_errors: 1,
-          }),
+        errorCounters: z.record(z.string(), z.number().int().min(1)).default({
+          symbol_error: 10,
+          link_error_recovery: 1,
+          link_downed: 1,
+          port_rcv_errors: 10,
+          port_rcv_remote_physical_errors: 10,
+          local_link_integrity_errors: 1,
+          excessive_buffer_overrun_errors: 1,
+        }),
       })
       .strict()
       .prefault({}),

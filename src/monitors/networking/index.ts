@@ -22,7 +22,11 @@ export function networkingChecks(cfg: NetworkingConfig, deps: Partial<Networking
   const checks: HostCheck[] = [];
   if (c.interfaces.enabled) {
     const streak = new Consecutive(cfg.consecutivePolls);
-    checks.push({ name: 'networking.interfaces', ...c.interfaces, run: async (ctx) => checkInterfaces(readLinks(ctx.root), streak, excluded, ctx.now) });
+    checks.push({
+      name: 'networking.interfaces',
+      ...c.interfaces,
+      run: async (ctx) => checkInterfaces(readLinks(ctx.root), streak, excluded, ctx.now),
+    });
   }
   if (c.sysctl.enabled) {
     checks.push({ name: 'networking.sysctl', ...c.sysctl, run: async (ctx) => checkSysctl(readSysctl(ctx.root), cfg, ctx.now) });

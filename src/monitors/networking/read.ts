@@ -37,7 +37,13 @@ export function readSysctl(root: string): SysctlSample {
 }
 
 /** ENA statistics exist only through the ethtool ioctl; spawn it with a timeout and bounded output. */
-export async function readEthtool(exec: ExecFn, ethtool: string, iface: string, timeoutMs: number, signal: AbortSignal): Promise<Record<string, number> | undefined> {
+export async function readEthtool(
+  exec: ExecFn,
+  ethtool: string,
+  iface: string,
+  timeoutMs: number,
+  signal: AbortSignal,
+): Promise<Record<string, number> | undefined> {
   const r = await exec(ethtool, ['-S', iface], { timeoutMs, maxBytes: 256 * 1024, signal });
   if (r.code !== 0 || r.timedOut) return undefined;
   return parseEthtoolStats(r.stdout);
@@ -47,7 +53,12 @@ export async function readEthtool(exec: ExecFn, ethtool: string, iface: string, 
 const ibState = (t: string | undefined) => t?.trim().replace(/^\d+:\s*/, '') || undefined;
 
 /** Counters are read asynchronously: on some HCAs a read is a firmware query that can stall. */
-export async function readRdmaPorts(root: string, counterNames: string[], excluded: RegExp[], signal: AbortSignal): Promise<RdmaPortSample[]> {
+export async function readRdmaPorts(
+  root: string,
+  counterNames: string[],
+  excluded: RegExp[],
+  signal: AbortSignal,
+): Promise<RdmaPortSample[]> {
   const out: RdmaPortSample[] = [];
   for (const dev of listDir(root, '/sys/class/infiniband')) {
     for (const port of listDir(root, `/sys/class/infiniband/${dev}/ports`)) {
@@ -74,7 +85,12 @@ export async function readRdmaPorts(root: string, counterNames: string[], exclud
  * The API server's host name: config, else KUBERNETES_SERVICE_HOST when it is a name (in a pod it
  * is usually the service IP, which needs no lookup), else the server of the kubelet's kubeconfig.
  */
-export function apiServerHost(root: string, configured: string | undefined, kubeconfigPaths: string[], env: NodeJS.ProcessEnv): string | undefined {
+export function apiServerHost(
+  root: string,
+  configured: string | undefined,
+  kubeconfigPaths: string[],
+  env: NodeJS.ProcessEnv,
+): string | undefined {
   if (configured) return configured;
   const svc = env.KUBERNETES_SERVICE_HOST;
   if (svc && net.isIP(svc) === 0) return svc;
@@ -82,7 +98,7 @@ export function apiServerHost(root: string, configured: string | undefined, kube
     const m = /^\s*server:\s*["']?(https?:\/\/[^"'\s]+)/m.exec(readFileSmall(hostPath(root, p)) ?? '');
     if (!m) continue;
     try {
-      const host = new URL(m[1]!).hostname.replace(/^\[|\]$/g, '');
+      const host = new URL(m[1]).hostname.replace(/^\[|\]$/g, '');
       if (net.isIP(host) === 0) return host;
     } catch {
       // not a URL: try the next file
@@ -99,7 +115,9 @@ export const lookupHost: LookupFn = async (host, timeoutMs) => {
   try {
     await Promise.race([
       dns.promises.lookup(host),
-      new Promise((_, reject) => (timer = setTimeout(() => reject(Object.assign(new Error('timed out'), { code: 'ETIMEOUT' })), timeoutMs))),
+      new Promise(
+        (_, reject) => (timer = setTimeout(() => reject(Object.assign(new Error('timed out'), { code: 'ETIMEOUT' })), timeoutMs)),
+      ),
     ]);
     return undefined;
   } catch (err) {

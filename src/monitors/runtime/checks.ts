@@ -39,7 +39,12 @@ export function parseSystemctlShow(text: string): UnitState[] {
     }
     const id = kv.get('Id');
     if (!id) continue;
-    const u: UnitState = { id, loadState: kv.get('LoadState') ?? '', activeState: kv.get('ActiveState') ?? '', subState: kv.get('SubState') ?? '' };
+    const u: UnitState = {
+      id,
+      loadState: kv.get('LoadState') ?? '',
+      activeState: kv.get('ActiveState') ?? '',
+      subState: kv.get('SubState') ?? '',
+    };
     const n = Number(kv.get('NRestarts'));
     if (kv.has('NRestarts') && Number.isInteger(n)) u.nRestarts = n;
     units.push(u);
@@ -50,7 +55,10 @@ export function parseSystemctlShow(text: string): UnitState[] {
 /** 'nvidia-persistenced.service' → 'Nvidia-PersistencedRepeatedRestart' (the EKS agent's names). */
 export function restartReason(unitId: string): string {
   const base = unitId.replace(/\.service$/, '').replace(/[^A-Za-z0-9-]/g, '');
-  return `${base.split('-').map((p) => p.charAt(0).toUpperCase() + p.slice(1)).join('-')}RepeatedRestart`;
+  return `${base
+    .split('-')
+    .map((p) => p.charAt(0).toUpperCase() + p.slice(1))
+    .join('-')}RepeatedRestart`;
 }
 
 const FAILED_REASON: Record<string, string> = { 'kubelet.service': 'KubeletFailed', 'containerd.service': 'ContainerRuntimeFailed' };
@@ -62,7 +70,8 @@ export function checkUnits(units: UnitState[], prevRestarts: Map<string, number>
     const entity = `unit:${u.id}`;
     const failed = FAILED_REASON[u.id];
     if (failed) {
-      if (u.activeState === 'failed') r.findings.push(finding(failed, 'exec', entity, `${u.id} is in the failed state (${u.subState})`, at, { subState: u.subState }));
+      if (u.activeState === 'failed')
+        r.findings.push(finding(failed, 'exec', entity, `${u.id} is in the failed state (${u.subState})`, at, { subState: u.subState }));
       else r.healthy.push({ reasons: [failed], entity, source: 'exec' });
     }
     if (u.nRestarts === undefined) continue;
@@ -72,9 +81,16 @@ export function checkUnits(units: UnitState[], prevRestarts: Map<string, number>
     const reason = restartReason(u.id);
     if (u.nRestarts > cfg.units.restartThreshold && u.nRestarts > before) {
       r.findings.push(
-        finding(reason, 'exec', entity, `${u.id} restarted ${u.nRestarts - before} time(s) since the last poll (${u.nRestarts} in total)`, at, {
-          nRestarts: u.nRestarts,
-        }),
+        finding(
+          reason,
+          'exec',
+          entity,
+          `${u.id} restarted ${u.nRestarts - before} time(s) since the last poll (${u.nRestarts} in total)`,
+          at,
+          {
+            nRestarts: u.nRestarts,
+          },
+        ),
       );
     } else r.healthy.push({ reasons: [reason], entity, source: 'exec' });
   }

@@ -36,7 +36,9 @@ export const runtimeConfigSchema = z
       .prefault({}),
     units: z
       .object({
-        names: z.array(z.string()).default(['kubelet.service', 'containerd.service', 'nvidia-persistenced.service', 'nvidia-fabricmanager.service']),
+        names: z
+          .array(z.string())
+          .default(['kubelet.service', 'containerd.service', 'nvidia-persistenced.service', 'nvidia-fabricmanager.service']),
         /** NRestarts above this and grown since the last poll → <Unit>RepeatedRestart (EKS: 3). */
         restartThreshold: z.number().int().min(0).default(3),
         systemctl: z.string().default('systemctl'),

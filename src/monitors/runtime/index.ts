@@ -15,7 +15,8 @@ export function runtimeChecks(cfg: RuntimeConfig, deps: { exec?: ExecFn } = {}):
     checks.push({
       name: 'runtime.kubelet',
       ...c.kubelet,
-      run: async (ctx) => checkKubelet(await probeKubelet(cfg.kubelet.healthzUrl, cfg.kubelet.timeout, ctx.signal), cfg.kubelet.required, ctx.now),
+      run: async (ctx) =>
+        checkKubelet(await probeKubelet(cfg.kubelet.healthzUrl, cfg.kubelet.timeout, ctx.signal), cfg.kubelet.required, ctx.now),
     });
   }
   if (c.containerd.enabled) {
@@ -23,7 +24,11 @@ export function runtimeChecks(cfg: RuntimeConfig, deps: { exec?: ExecFn } = {}):
       name: 'runtime.containerd',
       ...c.containerd,
       run: async (ctx) =>
-        checkContainerd(await probeContainerd(ctx.root, cfg.containerd.socket, cfg.containerd.timeout, ctx.signal), cfg.containerd.required, ctx.now),
+        checkContainerd(
+          await probeContainerd(ctx.root, cfg.containerd.socket, cfg.containerd.timeout, ctx.signal),
+          cfg.containerd.required,
+          ctx.now,
+        ),
     });
   }
   if (c.units.enabled) {

@@ -93,9 +93,22 @@ export function hasSystemd(root: string): boolean {
  * One `systemctl show` for all units. Under a host root, systemctl reaches the host's systemd over
  * the host's D-Bus socket (as root it first tries /run/systemd/private, absent in the container).
  */
-export async function readUnits(exec: ExecFn, systemctl: string, root: string, units: string[], timeoutMs: number, signal: AbortSignal): Promise<UnitState[]> {
-  const env = root === '/' ? process.env : { ...process.env, DBUS_SYSTEM_BUS_ADDRESS: `unix:path=${hostPath(root, '/run/dbus/system_bus_socket')}` };
-  const r = await exec(systemctl, ['show', '-p', 'Id,LoadState,ActiveState,SubState,NRestarts', '--', ...units], { timeoutMs, maxBytes: 64 * 1024, signal, env });
+export async function readUnits(
+  exec: ExecFn,
+  systemctl: string,
+  root: string,
+  units: string[],
+  timeoutMs: number,
+  signal: AbortSignal,
+): Promise<UnitState[]> {
+  const env =
+    root === '/' ? process.env : { ...process.env, DBUS_SYSTEM_BUS_ADDRESS: `unix:path=${hostPath(root, '/run/dbus/system_bus_socket')}` };
+  const r = await exec(systemctl, ['show', '-p', 'Id,LoadState,ActiveState,SubState,NRestarts', '--', ...units], {
+    timeoutMs,
+    maxBytes: 64 * 1024,
+    signal,
+    env,
+  });
   if (r.timedOut) throw new Error(`systemctl show timed out after ${timeoutMs}ms`);
   if (r.code !== 0) throw new Error(`systemctl show exited ${r.code}: ${r.stderr.trim().slice(0, 200)}`);
   return parseSystemctlShow(r.stdout);

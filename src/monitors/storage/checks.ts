@@ -20,12 +20,12 @@ export function parseMountinfo(text: string): MountEntry[] {
     const f = line.split(' ');
     const dash = f.indexOf('-', 6);
     if (f.length < 10 || dash < 0) continue;
-    const opts = f[5]!.split(',');
+    const opts = f[5].split(',');
     const superOpts = (f[dash + 3] ?? '').split(',');
     out.push({
-      mountPoint: unescape(f[4]!),
-      fsType: f[dash + 1]!,
-      source: unescape(f[dash + 2]!),
+      mountPoint: unescape(f[4]),
+      fsType: f[dash + 1],
+      source: unescape(f[dash + 2]),
       readOnly: opts.includes('ro') || superOpts.includes('ro'),
     });
   }
@@ -55,20 +55,24 @@ export function checkFilesystems(samples: FilesystemSample[], cfg: StorageConfig
     const entity = `mount:${mount.mountPoint}`;
     const attrs = { paths: paths.join(','), fsType: mount.fsType, device: mount.source };
     if (mount.readOnly) {
-      r.findings.push(finding('FilesystemReadOnly', 'procfs', entity, `${mount.mountPoint} (${paths.join(', ')}) is mounted read-only`, at, attrs));
+      r.findings.push(
+        finding('FilesystemReadOnly', 'procfs', entity, `${mount.mountPoint} (${paths.join(', ')}) is mounted read-only`, at, attrs),
+      );
     } else r.healthy.push({ reasons: ['FilesystemReadOnly'], entity, source: 'procfs' });
     if (!statfs) continue;
     // As df: used / (used + available to unprivileged users).
     const used = statfs.blocks - statfs.bfree;
     if (used + statfs.bavail > 0) {
       const u = used / (used + statfs.bavail);
-      if (u >= cfg.diskUsageRatio) r.findings.push(finding('DiskUsageHigh', 'procfs', entity, `${mount.mountPoint} is ${pct(u)} full`, at, attrs));
+      if (u >= cfg.diskUsageRatio)
+        r.findings.push(finding('DiskUsageHigh', 'procfs', entity, `${mount.mountPoint} is ${pct(u)} full`, at, attrs));
       else r.healthy.push({ reasons: ['DiskUsageHigh'], entity, source: 'procfs' });
     }
     // Filesystems without a fixed inode table (btrfs) report 0 files.
     if (statfs.files > 0) {
       const u = (statfs.files - statfs.ffree) / statfs.files;
-      if (u >= cfg.inodeUsageRatio) r.findings.push(finding('InodeUsageHigh', 'procfs', entity, `${mount.mountPoint} has used ${pct(u)} of its inodes`, at, attrs));
+      if (u >= cfg.inodeUsageRatio)
+        r.findings.push(finding('InodeUsageHigh', 'procfs', entity, `${mount.mountPoint} has used ${pct(u)} of its inodes`, at, attrs));
       else r.healthy.push({ reasons: ['InodeUsageHigh'], entity, source: 'procfs' });
     }
   }
@@ -91,7 +95,7 @@ export function parseDiskstats(text: string): Map<string, DiskCounters> {
     if (f.length < 14) continue;
     const n = (i: number) => Number(f[i] ?? 0) || 0;
     // 3 reads, 6 read ms, 7 writes, 10 write ms; 14 discards, 17 discard ms (kernel >= 4.18)
-    out.set(f[2]!, { ios: n(3) + n(7) + n(14), ticks: n(6) + n(10) + n(17) });
+    out.set(f[2], { ios: n(3) + n(7) + n(14), ticks: n(6) + n(10) + n(17) });
   }
   return out;
 }
@@ -132,7 +136,13 @@ const USER_HZ = 100; // /proc reports clock ticks in USER_HZ, fixed at 100 on Li
  * Block-I/O delay per process over the window; `prev` (pid → ticks, comm) is updated in place.
  * New processes are baselined. Findings are per comm (bounded cardinality), worst first.
  */
-export function checkIoDelays(prev: Map<number, { comm: string; ticks: number }>, procs: ProcSample[], excluded: RegExp[], cfg: StorageConfig, at: number): CheckReport {
+export function checkIoDelays(
+  prev: Map<number, { comm: string; ticks: number }>,
+  procs: ProcSample[],
+  excluded: RegExp[],
+  cfg: StorageConfig,
+  at: number,
+): CheckReport {
   const worst = new Map<string, { ms: number; pid: number }>();
   const baseline = prev.size === 0;
   const alive = new Set<number>();
@@ -150,10 +160,17 @@ export function checkIoDelays(prev: Map<number, { comm: string; ticks: number }>
   const top = [...worst].sort((a, b) => b[1].ms - a[1].ms).slice(0, cfg.ioDelayMaxFindings);
   for (const [comm, { ms, pid }] of top) {
     r.findings.push(
-      finding('IODelays', 'procfs', `proc:${comm}`, `process ${comm} (pid ${pid}) waited ${(ms / 1000).toFixed(1)} s on block I/O since the last poll`, at, {
-        pid,
-        delayMs: ms,
-      }),
+      finding(
+        'IODelays',
+        'procfs',
+        `proc:${comm}`,
+        `process ${comm} (pid ${pid}) waited ${(ms / 1000).toFixed(1)} s on block I/O since the last poll`,
+        at,
+        {
+          pid,
+          delayMs: ms,
+        },
+      ),
     );
   }
   return r;

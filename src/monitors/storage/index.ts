@@ -15,7 +15,8 @@ export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = 
     checks.push({
       name: 'storage.filesystems',
       ...c.filesystems,
-      run: async (ctx) => checkFilesystems(await readFilesystems(ctx.root, cfg.paths, cfg.statfsTimeout, deps.statfs, ctx.signal), cfg, ctx.now),
+      run: async (ctx) =>
+        checkFilesystems(await readFilesystems(ctx.root, cfg.paths, cfg.statfsTimeout, deps.statfs, ctx.signal), cfg, ctx.now),
     });
   }
   if (c.diskstats.enabled) {

@@ -17,7 +17,13 @@ export function readMounts(root: string): { mounts: MountEntry[]; prefix: string
   return { mounts: parseMountinfo(own), prefix: root === '/' ? '' : root.replace(/\/+$/, '') };
 }
 
-export async function readFilesystems(root: string, paths: string[], timeoutMs: number, statfs: StatfsFn = realStatfs, signal?: AbortSignal): Promise<FilesystemSample[]> {
+export async function readFilesystems(
+  root: string,
+  paths: string[],
+  timeoutMs: number,
+  statfs: StatfsFn = realStatfs,
+  signal?: AbortSignal,
+): Promise<FilesystemSample[]> {
   const { mounts, prefix } = readMounts(root);
   const byMount = new Map<string, FilesystemSample>();
   for (const p of paths) {
@@ -31,7 +37,7 @@ export async function readFilesystems(root: string, paths: string[], timeoutMs: 
   }
   for (const s of byMount.values()) {
     try {
-      s.statfs = await statfs(hostPath(root, s.paths[0]!), timeoutMs, signal);
+      s.statfs = await statfs(hostPath(root, s.paths[0]), timeoutMs, signal);
     } catch {
       if (signal?.aborted) throw signal.reason;
       // a hung or vanished filesystem: the read-only verdict still stands, usage is unknown

@@ -24,8 +24,9 @@ export function withIgnoredXids(monitor: Monitor, ignore: readonly number[], reg
     start: (out: FindingSink) => {
       // Looked up at start: the engine registers this counter after the monitors are built.
       const name = 'vigil_findings_suppressed_total';
-      const counter = (registry.getSingleMetric(name) as Counter<'why'> | undefined)
-        ?? new Counter({ name, help: 'Findings counted but not re-emitted.', labelNames: ['why'], registers: [registry] });
+      const counter =
+        (registry.getSingleMetric(name) as Counter<'why'> | undefined) ??
+        new Counter({ name, help: 'Findings counted but not re-emitted.', labelNames: ['why'], registers: [registry] });
       return monitor.start({
         finding: (f) => (isIgnoredXid(f, set) ? counter.inc({ why: 'ignored_xid' }) : out.finding(f)),
         healthy: (h) => out.healthy(h),

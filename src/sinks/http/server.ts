@@ -16,7 +16,10 @@ export interface StatusProvider {
 export class HttpServer {
   private server: http.Server | undefined;
 
-  constructor(private readonly registry: Registry, private readonly status: StatusProvider) {}
+  constructor(
+    private readonly registry: Registry,
+    private readonly status: StatusProvider,
+  ) {}
 
   async listen(hostPort: string): Promise<AddressInfo> {
     const i = hostPort.lastIndexOf(':');

@@ -5,7 +5,11 @@
 export class Backoff {
   private attempt = 0;
 
-  constructor(private readonly baseMs: number, private readonly maxMs: number, private readonly random = Math.random) {}
+  constructor(
+    private readonly baseMs: number,
+    private readonly maxMs: number,
+    private readonly random = Math.random,
+  ) {}
 
   next(): number {
     const cap = Math.min(this.maxMs, this.baseMs * 2 ** this.attempt);

@@ -35,7 +35,9 @@ export function toFailure(err: unknown): ApiFailure {
     try {
       const body = typeof err.body === 'string' ? JSON.parse(err.body) : err.body;
       if (body?.message) message = body.message;
-    } catch { /* body was not JSON */ }
+    } catch {
+      /* body was not JSON */
+    }
     const ra = Number(err.headers?.['retry-after']);
     return { status: err.code, message, ...(Number.isFinite(ra) && ra > 0 ? { retryAfterMs: ra * 1000 } : {}) };
   }
@@ -63,11 +65,17 @@ export function requestOptions(timeoutMs: number, contentType?: string): k8s.Con
  * Runs one request with a deadline: `send` gets the request options to pass to the client. An
  * aborted request becomes a plain "timed out" error (status 0 for toFailure).
  */
-export async function withDeadline<T>(ms: number, what: string, send: (opts: k8s.ConfigurationOptions) => Promise<T>, contentType?: string): Promise<T> {
+export async function withDeadline<T>(
+  ms: number,
+  what: string,
+  send: (opts: k8s.ConfigurationOptions) => Promise<T>,
+  contentType?: string,
+): Promise<T> {
   try {
     return await send(requestOptions(ms, contentType));
   } catch (err) {
-    if ((err as Error)?.name === 'AbortError' || (err as Error)?.name === 'TimeoutError') throw new Error(`${what} timed out after ${ms} ms`);
+    if ((err as Error)?.name === 'AbortError' || (err as Error)?.name === 'TimeoutError')
+      throw new Error(`${what} timed out after ${ms} ms`);
     throw err;
   }
 }

@@ -87,8 +87,17 @@ export class ConditionWriter {
     this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
     this.owned = new Set(o.writtenTypes ?? []);
     this.m = {
-      writes: new Counter({ name: 'vigil_k8s_condition_writes_total', help: 'Condition patches sent to the API server, by result (ok or HTTP status, 0 = unreachable).', labelNames: ['result'], registers: [o.registry] }),
-      pendingGauge: new Gauge({ name: 'vigil_k8s_conditions_pending', help: '1 while the Node does not yet show the engine\'s latest conditions.', registers: [o.registry] }),
+      writes: new Counter({
+        name: 'vigil_k8s_condition_writes_total',
+        help: 'Condition patches sent to the API server, by result (ok or HTTP status, 0 = unreachable).',
+        labelNames: ['result'],
+        registers: [o.registry],
+      }),
+      pendingGauge: new Gauge({
+        name: 'vigil_k8s_conditions_pending',
+        help: "1 while the Node does not yet show the engine's latest conditions.",
+        registers: [o.registry],
+      }),
     };
   }
 
@@ -100,16 +109,24 @@ export class ConditionWriter {
   async readExisting(types: string[]): Promise<{ existing: ExistingCondition[]; uid?: string }> {
     for (;;) {
       try {
-        const node = await withDeadline(this.timeoutMs, 'GET node', (opts) => this.o.clients.core.readNode({ name: this.o.nodeName }, opts));
+        const node = await withDeadline(this.timeoutMs, 'GET node', (opts) =>
+          this.o.clients.core.readNode({ name: this.o.nodeName }, opts),
+        );
         const conds = node.status?.conditions ?? [];
         const existing: ExistingCondition[] = [];
         for (const c of conds) {
-          const e: ExistingCondition = { type: c.type, status: c.status, ...(c.lastTransitionTime ? { lastTransitionTime: iso(c.lastTransitionTime) } : {}) };
+          const e: ExistingCondition = {
+            type: c.type,
+            status: c.status,
+            ...(c.lastTransitionTime ? { lastTransitionTime: iso(c.lastTransitionTime) } : {}),
+          };
           this.seenAtStart.set(c.type, e);
           if (types.includes(c.type)) existing.push(e);
           if (types.includes(c.type) || this.owned.has(c.type)) {
             this.shown.set(c.type, {
-              status: c.status, reason: c.reason ?? '', message: c.message ?? '',
+              status: c.status,
+              reason: c.reason ?? '',
+              message: c.message ?? '',
               lastTransitionTime: e.lastTransitionTime ?? '',
               heartbeat: c.lastHeartbeatTime ? new Date(c.lastHeartbeatTime).getTime() : 0,
             });
@@ -207,7 +224,13 @@ export class ConditionWriter {
   private dirty(): ConditionState[] {
     return this.desired.filter((c) => {
       const w = this.shown.get(c.name);
-      return !w || w.status !== c.status || w.reason !== c.reason || w.message !== c.message || !sameTime(w.lastTransitionTime, c.lastTransitionTime);
+      return (
+        !w ||
+        w.status !== c.status ||
+        w.reason !== c.reason ||
+        w.message !== c.message ||
+        !sameTime(w.lastTransitionTime, c.lastTransitionTime)
+      );
     });
   }
 
@@ -248,8 +271,12 @@ export class ConditionWriter {
       status: {
         conditions: [
           ...changed.map((c) => ({
-            type: c.name, status: c.status, reason: c.reason, message: c.message,
-            lastTransitionTime: c.lastTransitionTime, lastHeartbeatTime: heartbeatTime,
+            type: c.name,
+            status: c.status,
+            reason: c.reason,
+            message: c.message,
+            lastTransitionTime: c.lastTransitionTime,
+            lastHeartbeatTime: heartbeatTime,
           })),
           ...deletes.map((type) => ({ type, $patch: 'delete' })),
         ],
@@ -259,7 +286,12 @@ export class ConditionWriter {
     let done!: () => void;
     this.inFlight = new Promise((r) => (done = r));
     try {
-      await withDeadline(timeoutMs, 'PATCH nodes/status', (opts) => this.o.clients.core.patchNodeStatus({ name: this.o.nodeName, body }, opts), STRATEGIC_MERGE);
+      await withDeadline(
+        timeoutMs,
+        'PATCH nodes/status',
+        (opts) => this.o.clients.core.patchNodeStatus({ name: this.o.nodeName, body }, opts),
+        STRATEGIC_MERGE,
+      );
     } catch (err) {
       const f = toFailure(err);
       this.m.writes.inc({ result: String(f.status) });
@@ -274,7 +306,13 @@ export class ConditionWriter {
       return;
     }
     for (const c of changed) {
-      this.shown.set(c.name, { status: c.status, reason: c.reason, message: c.message, lastTransitionTime: c.lastTransitionTime, heartbeat: now });
+      this.shown.set(c.name, {
+        status: c.status,
+        reason: c.reason,
+        message: c.message,
+        lastTransitionTime: c.lastTransitionTime,
+        heartbeat: now,
+      });
     }
     const ownedBefore = this.writtenTypes.join(',');
     for (const c of changed) this.owned.add(c.name);
@@ -284,7 +322,11 @@ export class ConditionWriter {
       this.owned.delete(t);
     }
     if (this.writtenTypes.join(',') !== ownedBefore) this.notifyOwned();
-    if (deletes.length) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName, removed: deletes }, `removed condition types no longer managed: ${deletes.join(', ')}`);
+    if (deletes.length)
+      this.o.log.info(
+        { event: 'kubernetes', node: this.o.nodeName, removed: deletes },
+        `removed condition types no longer managed: ${deletes.join(', ')}`,
+      );
     this.m.writes.inc({ result: 'ok' });
     if (this.reported.size) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName }, 'node conditions written again after failures');
     this.reported.clear();
@@ -308,7 +350,10 @@ export class ConditionWriter {
     const key = `${op}:${f.status}`;
     if (this.reported.has(key)) return;
     this.reported.add(key);
-    this.o.log.error({ event: 'kubernetes', op, status: f.status, node: this.o.nodeName }, explainFailure(op === 'read' ? 'get nodes' : 'patch nodes/status', this.o.nodeName, f));
+    this.o.log.error(
+      { event: 'kubernetes', op, status: f.status, node: this.o.nodeName },
+      explainFailure(op === 'read' ? 'get nodes' : 'patch nodes/status', this.o.nodeName, f),
+    );
   }
 }
 

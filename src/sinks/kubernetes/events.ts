@@ -70,8 +70,18 @@ export class EventRecorder {
     this.timeoutMs = o.requestTimeoutMs ?? 10_000;
     this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
     this.m = {
-      sent: new Counter({ name: 'vigil_k8s_event_writes_total', help: 'Event writes by op (create, series) and result.', labelNames: ['op', 'result'], registers: [o.registry] }),
-      dropped: new Counter({ name: 'vigil_k8s_events_dropped_total', help: 'Events not written, by why (rate_limited, queue_full, rejected).', labelNames: ['why'], registers: [o.registry] }),
+      sent: new Counter({
+        name: 'vigil_k8s_event_writes_total',
+        help: 'Event writes by op (create, series) and result.',
+        labelNames: ['op', 'result'],
+        registers: [o.registry],
+      }),
+      dropped: new Counter({
+        name: 'vigil_k8s_events_dropped_total',
+        help: 'Events not written, by why (rate_limited, queue_full, rejected).',
+        labelNames: ['why'],
+        registers: [o.registry],
+      }),
     };
     this.flushTimer = setInterval(() => this.flushSeries(), o.seriesFlushMs ?? 30_000);
     this.flushTimer.unref();
@@ -92,7 +102,13 @@ export class EventRecorder {
     } else if (event.kind === 'condition') {
       const c = event.condition;
       // One Event per transition, so `kubectl describe node` tells the story.
-      this.observe(`${c.name}|transition|${c.status}|${c.lastTransitionTime}`, c.reason, `${c.name} is ${c.status}: ${c.message}`, c.status === 'False' ? 'Warning' : 'Normal', this.now());
+      this.observe(
+        `${c.name}|transition|${c.status}|${c.lastTransitionTime}`,
+        c.reason,
+        `${c.name} is ${c.status}: ${c.message}`,
+        c.status === 'False' ? 'Warning' : 'Normal',
+        this.now(),
+      );
     }
   }
 
@@ -162,7 +178,7 @@ export class EventRecorder {
     if (this.running) return;
     this.running = true;
     while (this.queue.length && !this.stopped) {
-      const op = this.queue[0]!;
+      const op = this.queue[0];
       try {
         await this.send(op);
         this.queue.shift();
@@ -192,7 +208,10 @@ export class EventRecorder {
         const what = op.kind === 'create' ? 'create events' : 'patch events';
         if (!this.reported.has(`${what}:${f.status}`)) {
           this.reported.add(`${what}:${f.status}`);
-          this.o.log.error({ event: 'kubernetes', op: what, status: f.status, node: this.o.nodeName }, explainFailure(what, this.o.nodeName, f));
+          this.o.log.error(
+            { event: 'kubernetes', op: what, status: f.status, node: this.o.nodeName },
+            explainFailure(what, this.o.nodeName, f),
+          );
         }
         await new Promise((r) => setTimeout(r, f.retryAfterMs ?? this.backoff.next()).unref());
       }
@@ -215,7 +234,9 @@ export class EventRecorder {
         reportingInstance: this.o.instance.slice(0, 128),
         regarding: { kind: 'Node', apiVersion: 'v1', name: this.o.nodeName, ...(uid ? { uid } : {}) },
       };
-      await withDeadline(this.timeoutMs, 'POST event', (opts) => this.o.clients.events.createNamespacedEvent({ namespace: ns, body }, opts));
+      await withDeadline(this.timeoutMs, 'POST event', (opts) =>
+        this.o.clients.events.createNamespacedEvent({ namespace: ns, body }, opts),
+      );
       op.series.created = true;
       this.m.sent.inc({ op: 'create', result: 'ok' });
       return;
@@ -226,10 +247,11 @@ export class EventRecorder {
     await withDeadline(
       this.timeoutMs,
       'PATCH event series',
-      (opts) => this.o.clients.events.patchNamespacedEvent(
-        { name: s.name, namespace: ns, body: { series: { count, lastObservedTime: microTime(s.lastObserved) } } },
-        opts,
-      ),
+      (opts) =>
+        this.o.clients.events.patchNamespacedEvent(
+          { name: s.name, namespace: ns, body: { series: { count, lastObservedTime: microTime(s.lastObserved) } } },
+          opts,
+        ),
       STRATEGIC_MERGE,
     );
     s.written = Math.max(s.written, count);

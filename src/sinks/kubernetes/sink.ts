@@ -47,16 +47,25 @@ export class KubernetesSink implements Sink {
 
   constructor(private readonly o: KubernetesSinkOptions) {
     this.conditions = new ConditionWriter({
-      clients: o.clients, nodeName: o.nodeName, log: o.log, registry: o.registry,
-      coalesceMs: o.coalesceMs, heartbeatMs: o.heartbeatMs,
+      clients: o.clients,
+      nodeName: o.nodeName,
+      log: o.log,
+      registry: o.registry,
+      coalesceMs: o.coalesceMs,
+      heartbeatMs: o.heartbeatMs,
       ...(o.retry ? { retry: o.retry } : {}),
       ...(o.writtenTypes ? { writtenTypes: o.writtenTypes } : {}),
       ...(o.onWrittenTypes ? { onWrittenTypes: o.onWrittenTypes } : {}),
       ...(o.staleGraceMs !== undefined ? { staleGraceMs: o.staleGraceMs } : {}),
     });
     this.events = new EventRecorder({
-      clients: o.clients, nodeName: o.nodeName, namespace: o.eventNamespace, log: o.log, registry: o.registry,
-      perReasonPerMinute: o.eventsPerReasonPerMinute, instance: o.instance ?? `vigil-${os.hostname()}`,
+      clients: o.clients,
+      nodeName: o.nodeName,
+      namespace: o.eventNamespace,
+      log: o.log,
+      registry: o.registry,
+      perReasonPerMinute: o.eventsPerReasonPerMinute,
+      instance: o.instance ?? `vigil-${os.hostname()}`,
       nodeUid: () => this.nodeUid,
       ...(o.retry ? { retry: o.retry } : {}),
       ...(o.seriesFlushMs ? { seriesFlushMs: o.seriesFlushMs } : {}),

@@ -13,7 +13,17 @@ export class LogSink implements Sink {
         const f = event.finding;
         const level = f.severity === 'Info' ? 'info' : 'warn';
         this.log[level](
-          { event: 'finding', reason: f.reason, severity: f.severity, condition: f.condition, entity: f.entity, source: f.source, count: f.count, action: f.action, attrs: f.attrs },
+          {
+            event: 'finding',
+            reason: f.reason,
+            severity: f.severity,
+            condition: f.condition,
+            entity: f.entity,
+            source: f.source,
+            count: f.count,
+            action: f.action,
+            attrs: f.attrs,
+          },
           f.message,
         );
         break;
@@ -21,7 +31,14 @@ export class LogSink implements Sink {
       case 'condition': {
         const c = event.condition;
         this.log[c.status === 'False' ? 'error' : 'info'](
-          { event: 'condition', type: c.name, status: c.status, previous: event.previous, reason: c.reason, lastTransitionTime: c.lastTransitionTime },
+          {
+            event: 'condition',
+            type: c.name,
+            status: c.status,
+            previous: event.previous,
+            reason: c.reason,
+            lastTransitionTime: c.lastTransitionTime,
+          },
           `${c.name} is ${c.status}: ${c.message}`,
         );
         break;
@@ -30,7 +47,13 @@ export class LogSink implements Sink {
         break; // counted in metrics; logging every repeat would flood the log
       case 'recovered':
         this.log.info(
-          { event: 'recovered', reason: event.problem.reason, entity: event.problem.entity, condition: event.problem.condition, why: event.why },
+          {
+            event: 'recovered',
+            reason: event.problem.reason,
+            entity: event.problem.entity,
+            condition: event.problem.condition,
+            why: event.why,
+          },
           `${event.problem.reason} recovered (${event.why})`,
         );
         break;

@@ -95,14 +95,18 @@ function capped(s: string): { text: string; truncated: boolean } {
 // an optional caller id "[  T896]" after the timestamp.
 const DMESG = /^(?:<(\d{1,3})>)?\[\s*(?:\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})\](?:\[\s*[TC]\d+\])? ?/;
 // syslog: "Aug 30 11:43:09 host ident[pid]: msg" or RFC 3339 "2024-08-30T11:43:09.123+00:00 host ident: msg".
-const SYSLOG = /^(?:[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (\S+) ([^\s:[]+)(?:\[\d+\])?: ?/;
+const SYSLOG =
+  /^(?:[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (\S+) ([^\s:[]+)(?:\[\d+\])?: ?/;
 const KMSG_HEAD = /^\d{1,3},\d{1,20},\d{1,20},[^;]{0,64};/;
 // The kernel timestamp syslog daemons leave after "kernel: ".
 const KTIME = /^\[\s*\d+\.\d+\] ?/;
 
 /** Guesses the format of a log file from a sample of its lines (majority of recognised lines wins). */
 export function detectFormat(sampleLines: readonly string[]): LogFormat {
-  let kmsg = 0, dmesg = 0, syslog = 0, seen = 0;
+  let kmsg = 0,
+    dmesg = 0,
+    syslog = 0,
+    seen = 0;
   for (const line of sampleLines) {
     if (typeof line !== 'string' || line.trim() === '') continue;
     if (line.charCodeAt(0) === 0x20 || line.charCodeAt(0) === 0x09) continue; // continuation lines
@@ -143,7 +147,7 @@ export function parseLine(line: string, format: LogFormat): LogLine | null {
       const m = SYSLOG.exec(line.slice(0, 256));
       if (!m) return withCap({ message: line });
       let message = line.slice(m[0].length);
-      const ident = m[2]!;
+      const ident = m[2];
       if (ident === 'kernel') {
         const t = KTIME.exec(message.slice(0, 64));
         if (t) message = message.slice(t[0].length);

@@ -165,13 +165,20 @@ export class KmsgReader {
     const w = this.waiter;
     this.waiter = undefined;
     await w?.close();
-    try { this.io.close(this.fd); } catch { /* already gone */ }
+    try {
+      this.io.close(this.fd);
+    } catch {
+      /* already gone */
+    }
     this.fd = -1;
   }
 
   private makeWaiter(): Waiter {
     const h: WaiterHandlers = {
-      onReady: () => { this.wakeups++; this.drain(); },
+      onReady: () => {
+        this.wakeups++;
+        this.drain();
+      },
       onError: (err) => this.waiterFailed(err),
     };
     const mode = this.opts.wait ?? 'auto';
@@ -180,7 +187,9 @@ export class KmsgReader {
         return new PollWaiter(this.fd, h);
       } catch (err) {
         if (mode === 'poll') throw err;
-        this.opts.onError?.(new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${(err as Error).message}`));
+        this.opts.onError?.(
+          new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${(err as Error).message}`),
+        );
       }
     }
     return new IntervalWaiter(this.opts.intervalMs ?? 200, h);
@@ -190,7 +199,13 @@ export class KmsgReader {
     this.opts.onError?.(new Error(`kmsg: wait failed, falling back to interval polling: ${err.message}`));
     if (!this.running) return;
     const old = this.waiter;
-    this.waiter = new IntervalWaiter(this.opts.intervalMs ?? 200, { onReady: () => { this.wakeups++; this.drain(); }, onError: () => {} });
+    this.waiter = new IntervalWaiter(this.opts.intervalMs ?? 200, {
+      onReady: () => {
+        this.wakeups++;
+        this.drain();
+      },
+      onError: () => {},
+    });
     void old?.close();
     this.waiter.arm();
   }
@@ -223,7 +238,10 @@ export class KmsgReader {
           if (code === 'EINTR') continue;
           throw err;
         }
-        if (n <= 0) { more = false; break; }
+        if (n <= 0) {
+          more = false;
+          break;
+        }
         this.accept(this.buf.toString('utf8', 0, n), batch);
       }
     } catch (err) {
@@ -237,7 +255,11 @@ export class KmsgReader {
     if (!this.running) return;
     if (more) this.immediate = setImmediate(() => this.drain());
     // A device that keeps failing also keeps polling readable: back off instead of spinning.
-    else if (failed) this.retry = setTimeout(() => { this.retry = undefined; this.drain(); }, ERROR_BACKOFF_MS).unref();
+    else if (failed)
+      this.retry = setTimeout(() => {
+        this.retry = undefined;
+        this.drain();
+      }, ERROR_BACKOFF_MS).unref();
     else this.waiter?.arm();
   }
 
@@ -264,7 +286,11 @@ export class KmsgReader {
   private lost(n: number): void {
     this.recordsLost += n;
     this.metrics.lost.inc(n);
-    try { this.opts.onLost?.(n); } catch (err) { this.opts.onError?.(err as Error); }
+    try {
+      this.opts.onLost?.(n);
+    } catch (err) {
+      this.opts.onError?.(err as Error);
+    }
   }
 
   private deliver(batch: KmsgRecord[]): void {

@@ -32,7 +32,10 @@ export class IntervalWaiter implements Waiter {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
 
-  constructor(private readonly intervalMs: number, private readonly h: WaiterHandlers) {}
+  constructor(
+    private readonly intervalMs: number,
+    private readonly h: WaiterHandlers,
+  ) {}
 
   arm(): void {
     if (this.closed || this.timer) return;
@@ -98,7 +101,11 @@ export class PollWaiter implements Waiter {
   private readonly exited: Promise<void>;
   private readonly onExit = (): void => this.wake();
 
-  constructor(fd: number, private readonly h: WaiterHandlers, safetyMs = 10_000) {
+  constructor(
+    fd: number,
+    private readonly h: WaiterHandlers,
+    safetyMs = 10_000,
+  ) {
     const require = createRequire(import.meta.url);
     const koffiPath = require.resolve('koffi');
     const koffi = require(koffiPath) as typeof import('koffi');
@@ -112,7 +119,9 @@ export class PollWaiter implements Waiter {
       throw err;
     }
     this.worker.on('message', (m: WorkerMessage) => this.onMessage(m));
-    this.worker.on('error', (err) => { if (!this.closed) this.h.onError(err); });
+    this.worker.on('error', (err) => {
+      if (!this.closed) this.h.onError(err);
+    });
     this.exited = new Promise((resolve) => this.worker.once('exit', () => resolve()));
     // After the listeners: adding a 'message' listener refs the worker's port again.
     this.worker.unref();
@@ -147,17 +156,30 @@ export class PollWaiter implements Waiter {
       // The worker is in (or about to enter) poll(2): wake it so it returns and exits cleanly.
       this.wake();
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.exited, new Promise<void>((resolve) => { timer = setTimeout(resolve, 1000); })]);
+      await Promise.race([
+        this.exited,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, 1000);
+        }),
+      ]);
       clearTimeout(timer);
     }
     await this.worker.terminate();
-    try { closeSync(this.wakeFd); } catch { /* already closed */ }
+    try {
+      closeSync(this.wakeFd);
+    } catch {
+      /* already closed */
+    }
   }
 
   private wake(): void {
     const one = Buffer.alloc(8);
     one.writeBigUInt64LE(1n);
-    try { writeSync(this.wakeFd, one); } catch { /* closed: nothing to wake */ }
+    try {
+      writeSync(this.wakeFd, one);
+    } catch {
+      /* closed: nothing to wake */
+    }
   }
 
   private onMessage(m: WorkerMessage): void {

@@ -236,7 +236,12 @@ export class NvmlPollClient {
       ctl,
       pending: new Map(),
       initialised: false,
-      watch: new CallWatch(ctl, () => this.opts.watchdogMs, (h) => this.onHang(live, h), this.opts.watchdogMs),
+      watch: new CallWatch(
+        ctl,
+        () => this.opts.watchdogMs,
+        (h) => this.onHang(live, h),
+        this.opts.watchdogMs,
+      ),
     };
     worker.on('message', (m: PollResponse) => {
       if ('progress' in m) {
@@ -344,18 +349,29 @@ export class NvmlEventClient {
     if (this.worker) return;
     const control = new SharedArrayBuffer(CTL_SIZE * 4);
     const ctl = new Int32Array(control);
-    const worker = spawnWorker({ role: 'events', libraryPath: this.opts.libraryPath, control, eventWaitMs: this.opts.waitMs, eventMask: this.opts.mask });
+    const worker = spawnWorker({
+      role: 'events',
+      libraryPath: this.opts.libraryPath,
+      control,
+      eventWaitMs: this.opts.waitMs,
+      eventMask: this.opts.mask,
+    });
     this.worker = worker;
     this.ctl = ctl;
     // A wait legitimately lasts up to waitMs; anything else gets the plain watchdog budget.
     const budget = (fn: string) => (fn === 'nvmlEventSetWait_v2' ? this.opts.waitMs : 0) + this.opts.watchdogMs;
-    this.watch = new CallWatch(ctl, budget, (h) => {
-      if (this.worker !== worker) return;
-      this.opts.metrics.timeouts.inc({ function: h.fn });
-      this.opts.metrics.workerRestarts.inc({ role: 'events', why: 'hang' });
-      this.drop(worker, true);
-      this.on.hang(h);
-    }, this.opts.watchdogMs);
+    this.watch = new CallWatch(
+      ctl,
+      budget,
+      (h) => {
+        if (this.worker !== worker) return;
+        this.opts.metrics.timeouts.inc({ function: h.fn });
+        this.opts.metrics.workerRestarts.inc({ role: 'events', why: 'hang' });
+        this.drop(worker, true);
+        this.on.hang(h);
+      },
+      this.opts.watchdogMs,
+    );
     worker.on('message', (m: EventMessage) => {
       if (this.worker !== worker) return;
       if ('stats' in m) this.opts.metrics.record(m.stats);

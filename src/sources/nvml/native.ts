@@ -149,24 +149,20 @@ const DECLS: Record<NvmlFnName, string> = {
   nvmlDeviceGetName: 'int nvmlDeviceGetName(nvmlDevice_t device, _Out_ uint8_t *name, uint length)',
   nvmlDeviceGetSerial: 'int nvmlDeviceGetSerial(nvmlDevice_t device, _Out_ uint8_t *serial, uint length)',
   nvmlDeviceGetPciInfo_v3: 'int nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, _Out_ nvmlPciInfo_t *pci)',
-  nvmlDeviceGetSupportedEventTypes:
-    'int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, _Out_ unsigned long long *eventTypes)',
+  nvmlDeviceGetSupportedEventTypes: 'int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, _Out_ unsigned long long *eventTypes)',
   nvmlEventSetCreate: 'int nvmlEventSetCreate(_Out_ nvmlEventSet_t *set)',
-  nvmlDeviceRegisterEvents:
-    'int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)',
+  nvmlDeviceRegisterEvents: 'int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)',
   nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, uint timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
   nvmlDeviceGetRemappedRows:
     'int nvmlDeviceGetRemappedRows(nvmlDevice_t device, _Out_ uint *corrRows, _Out_ uint *uncRows, _Out_ uint *isPending, _Out_ uint *failureOccurred)',
   nvmlDeviceGetRetiredPages:
     'int nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, _Inout_ uint *pageCount, unsigned long long *addresses)',
-  nvmlDeviceGetRetiredPagesPendingStatus:
-    'int nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, _Out_ int *isPending)',
+  nvmlDeviceGetRetiredPagesPendingStatus: 'int nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, _Out_ int *isPending)',
   nvmlDeviceGetTotalEccErrors:
     'int nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType, _Out_ unsigned long long *eccCounts)',
   nvmlDeviceGetPcieReplayCounter: 'int nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, _Out_ uint *value)',
-  nvmlDeviceGetCurrPcieLinkGeneration:
-    'int nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, _Out_ uint *currLinkGen)',
+  nvmlDeviceGetCurrPcieLinkGeneration: 'int nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, _Out_ uint *currLinkGen)',
   nvmlDeviceGetMaxPcieLinkGeneration: 'int nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, _Out_ uint *maxLinkGen)',
   nvmlDeviceGetCurrPcieLinkWidth: 'int nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, _Out_ uint *currLinkWidth)',
   nvmlDeviceGetMaxPcieLinkWidth: 'int nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, _Out_ uint *maxLinkWidth)',
@@ -176,13 +172,11 @@ const DECLS: Record<NvmlFnName, string> = {
   nvmlDeviceGetCurrentClocksThrottleReasons:
     'int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, _Out_ unsigned long long *clocksThrottleReasons)',
   nvmlDeviceGetTemperature: 'int nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, _Out_ uint *temp)',
-  nvmlDeviceGetTemperatureThreshold:
-    'int nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int thresholdType, _Out_ uint *temp)',
+  nvmlDeviceGetTemperatureThreshold: 'int nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int thresholdType, _Out_ uint *temp)',
   nvmlDeviceGetNvLinkState: 'int nvmlDeviceGetNvLinkState(nvmlDevice_t device, uint link, _Out_ int *isActive)',
   nvmlDeviceGetNvLinkErrorCounter:
     'int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, uint link, int counter, _Out_ unsigned long long *counterValue)',
-  nvmlDeviceGetFieldValues:
-    'int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, _Inout_ nvmlFieldValue_t *values)',
+  nvmlDeviceGetFieldValues: 'int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, _Inout_ nvmlFieldValue_t *values)',
   nvmlDeviceValidateInforom: 'int nvmlDeviceValidateInforom(nvmlDevice_t device)',
 };
 
@@ -224,9 +218,12 @@ export function loadNvml(libraryPath: string): LoadedNvml {
   }
   const absent = REQUIRED.filter((n) => missing.includes(n));
   if (absent.length > 0) {
-    throw new NvmlLoadError(libraryPath, `${libraryPath} lacks required NVML symbols ${absent.join(', ')}; it is not NVML or the driver is too old`);
+    throw new NvmlLoadError(
+      libraryPath,
+      `${libraryPath} lacks required NVML symbols ${absent.join(', ')}; it is not NVML or the driver is too old`,
+    );
   }
-  return { api: api as Partial<NvmlApi>, missing };
+  return { api: api, missing };
 }
 
 /** Reads a NUL-terminated C string out of a caller-allocated buffer. */

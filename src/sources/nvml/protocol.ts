@@ -142,10 +142,7 @@ export interface InitResult {
 /** Per-call statistics, flattened [fnId, ms, rc, fnId, ms, rc, ...]. */
 export type CallStats = number[];
 
-export type PollRequest =
-  | { id: number; op: 'init' }
-  | { id: number; op: 'poll'; args: PollRequestArgs }
-  | { id: number; op: 'shutdown' };
+export type PollRequest = { id: number; op: 'init' } | { id: number; op: 'poll'; args: PollRequestArgs } | { id: number; op: 'shutdown' };
 
 export interface SerializedError {
   name: string;

@@ -124,10 +124,39 @@ function identity(c: Caller, index: number, dev: Handle): { id: RawIdentity; gon
     return { rc, value: rc === 0 ? cString(buf) : null };
   };
   const steps: [string, () => number][] = [
-    ['nvmlDeviceGetUUID', () => { const r = str('nvmlDeviceGetUUID', BUF.uuid); id.uuid = r.value; return r.rc; }],
-    ['nvmlDeviceGetPciInfo_v3', () => { const p: Partial<PciInfo> = {}; const rc = c.call('nvmlDeviceGetPciInfo_v3', dev, p); if (rc === 0) id.busId = p.busId ?? null; return rc; }],
-    ['nvmlDeviceGetName', () => { const r = str('nvmlDeviceGetName', BUF.name); id.name = r.value; return r.rc; }],
-    ['nvmlDeviceGetSerial', () => { const r = str('nvmlDeviceGetSerial', BUF.serial); id.serial = r.value; return r.rc; }],
+    [
+      'nvmlDeviceGetUUID',
+      () => {
+        const r = str('nvmlDeviceGetUUID', BUF.uuid);
+        id.uuid = r.value;
+        return r.rc;
+      },
+    ],
+    [
+      'nvmlDeviceGetPciInfo_v3',
+      () => {
+        const p: Partial<PciInfo> = {};
+        const rc = c.call('nvmlDeviceGetPciInfo_v3', dev, p);
+        if (rc === 0) id.busId = p.busId ?? null;
+        return rc;
+      },
+    ],
+    [
+      'nvmlDeviceGetName',
+      () => {
+        const r = str('nvmlDeviceGetName', BUF.name);
+        id.name = r.value;
+        return r.rc;
+      },
+    ],
+    [
+      'nvmlDeviceGetSerial',
+      () => {
+        const r = str('nvmlDeviceGetSerial', BUF.serial);
+        id.serial = r.value;
+        return r.rc;
+      },
+    ],
   ];
   for (const [fn, step] of steps) {
     const rc = step();
@@ -138,7 +167,10 @@ function identity(c: Caller, index: number, dev: Handle): { id: RawIdentity; gon
 
 /** Thrown inside sample() to stop querying a GPU that is lost or needs a reset. */
 class Gone {
-  constructor(readonly fn: string, readonly rc: number) {}
+  constructor(
+    readonly fn: string,
+    readonly rc: number,
+  ) {}
 }
 
 /** Reads every health signal of one GPU (the per-poll cost; see bench/gpu.ts). */
@@ -167,7 +199,10 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
   const u = (): [number] => [0];
   const big = (): [number | bigint] => [0];
 
-  const corr = u(), unc = u(), pend = u(), fail = u();
+  const corr = u(),
+    unc = u(),
+    pend = u(),
+    fail = u();
   if (ok('nvmlDeviceGetRemappedRows', c.call('nvmlDeviceGetRemappedRows', dev, corr, unc, pend, fail))) {
     s.remappedRows = { corr: corr[0], unc: unc[0], pending: pend[0] !== 0, failure: fail[0] !== 0 };
   }
@@ -182,7 +217,9 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
     const dbe = sbe === null ? null : count(1);
     if (sbe !== null && dbe !== null) {
       const p = u();
-      const pending = ok('nvmlDeviceGetRetiredPagesPendingStatus', c.call('nvmlDeviceGetRetiredPagesPendingStatus', dev, p)) ? p[0] !== 0 : null;
+      const pending = ok('nvmlDeviceGetRetiredPagesPendingStatus', c.call('nvmlDeviceGetRetiredPagesPendingStatus', dev, p))
+        ? p[0] !== 0
+        : null;
       s.retiredPages = { sbe, dbe, pending };
     }
   }
@@ -190,7 +227,14 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
   // errorType 1 = uncorrected, counterType 0 = volatile (since driver load).
   if (ok('nvmlDeviceGetTotalEccErrors', c.call('nvmlDeviceGetTotalEccErrors', dev, 1, 0, ecc))) s.eccUncorrectedVolatile = Number(ecc[0]);
 
-  const pcieRead = (fn: 'nvmlDeviceGetPcieReplayCounter' | 'nvmlDeviceGetCurrPcieLinkGeneration' | 'nvmlDeviceGetMaxPcieLinkGeneration' | 'nvmlDeviceGetCurrPcieLinkWidth' | 'nvmlDeviceGetMaxPcieLinkWidth') => {
+  const pcieRead = (
+    fn:
+      | 'nvmlDeviceGetPcieReplayCounter'
+      | 'nvmlDeviceGetCurrPcieLinkGeneration'
+      | 'nvmlDeviceGetMaxPcieLinkGeneration'
+      | 'nvmlDeviceGetCurrPcieLinkWidth'
+      | 'nvmlDeviceGetMaxPcieLinkWidth',
+  ) => {
     const v = u();
     return ok(fn, c.call(fn, dev, v)) ? v[0] : null;
   };
@@ -204,7 +248,9 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
 
   // The pre-R535 name is the fallback: a missing symbol degrades to the old one, not to nothing.
   const reasons = big();
-  const clockFn = c.has('nvmlDeviceGetCurrentClocksEventReasons') ? 'nvmlDeviceGetCurrentClocksEventReasons' : 'nvmlDeviceGetCurrentClocksThrottleReasons';
+  const clockFn = c.has('nvmlDeviceGetCurrentClocksEventReasons')
+    ? 'nvmlDeviceGetCurrentClocksEventReasons'
+    : 'nvmlDeviceGetCurrentClocksThrottleReasons';
   if (ok(clockFn, c.call(clockFn, dev, reasons))) s.clocksEventReasons = Number(reasons[0]);
 
   const temp = (fn: 'nvmlDeviceGetTemperature' | 'nvmlDeviceGetTemperatureThreshold', arg: number) => {
@@ -339,7 +385,11 @@ function runEventsRole(init: WorkerInit): void {
   }
   for (const fn of ['nvmlEventSetCreate', 'nvmlDeviceRegisterEvents', 'nvmlEventSetWait_v2', 'nvmlEventSetFree'] as const) {
     if (!c.has(fn)) {
-      post({ kind: 'failed', error: serialize(new NvmlError(fn, RC_MISSING_SYMBOL, 'symbol missing from the NVML library')), stats: c.takeStats() });
+      post({
+        kind: 'failed',
+        error: serialize(new NvmlError(fn, RC_MISSING_SYMBOL, 'symbol missing from the NVML library')),
+        stats: c.takeStats(),
+      });
       c.call('nvmlShutdown');
       return;
     }
@@ -369,7 +419,8 @@ function runEventsRole(init: WorkerInit): void {
       // Register only what the device supports: one unsupported bit fails the whole mask.
       const sup: [number | bigint] = [0];
       const srcRc = c.call('nvmlDeviceGetSupportedEventTypes', h[0], sup);
-      const mask = srcRc === 0 ? Number(BigInt(sup[0]) & BigInt(init.eventMask)) : init.eventMask & (EVENT.XidCriticalError | EVENT.DoubleBitEccError);
+      const mask =
+        srcRc === 0 ? Number(BigInt(sup[0]) & BigInt(init.eventMask)) : init.eventMask & (EVENT.XidCriticalError | EVENT.DoubleBitEccError);
       dev.rc = mask ? c.call('nvmlDeviceRegisterEvents', h[0], mask, set) : NVML_RETURN.NOT_SUPPORTED;
       dev.mask = dev.rc === 0 ? mask : 0;
       byHandle.set(h[0], { dev, handle: h[0] });
@@ -413,7 +464,14 @@ function runEventsRole(init: WorkerInit): void {
         stats: c.takeStats(),
       });
     } else if (rc !== NVML_RETURN.TIMEOUT) {
-      post({ kind: 'waitError', rc, index: hit?.dev.index ?? null, uuid: hit?.dev.uuid ?? null, busId: hit?.dev.busId ?? null, stats: c.takeStats() });
+      post({
+        kind: 'waitError',
+        rc,
+        index: hit?.dev.index ?? null,
+        uuid: hit?.dev.uuid ?? null,
+        busId: hit?.dev.busId ?? null,
+        stats: c.takeStats(),
+      });
       break;
     } else if (Date.now() - lastStats > 1_000) {
       lastStats = Date.now();
