@@ -35,7 +35,7 @@ export async function benchGpu(): Promise<{ event_loop_delay_p99_ms_with_nvml: n
   process.env.FAKE_NVML_CONFIG = configPath;
   const libraryPath = buildFakeNvml();
   let findings = 0;
-  const sink: FindingSink = { finding: () => void findings++, healthy: () => {} };
+  const sink: FindingSink = { finding: () => void findings++, healthy: () => {}, source: () => {} };
   try {
     // 1. Event-loop delay with the event worker waiting, events arriving and polls running.
     const live = new GpuMonitor({ config: { libraryPath, eventWait: 250 }, registry: new Registry(), sysRoot, ownTimer: false });

@@ -5,7 +5,7 @@
  * the figures are medians over the warm cycles. The agent-wide idle figures are bench/idle.ts's.
  */
 import { HostMonitors } from '../src/monitors/host-monitors.ts';
-import { hostMonitorsConfigSchema } from '../src/monitors/host-config.ts';
+import { hostMonitorsConfigSchema } from '../src/config/index.ts';
 
 const WARM_CYCLES = 7;
 
@@ -19,7 +19,7 @@ export async function benchHost(): Promise<Record<string, number>> {
     networking: { dns: { host: 'localhost' } },
   });
   const hm = new HostMonitors(cfg);
-  hm.start({ finding: () => undefined, healthy: () => undefined });
+  hm.start({ finding: () => undefined, healthy: () => undefined, source: () => undefined });
   // start() schedules every check at once (no startup jitter): let that cycle run as the warm-up.
   const first = await hm.runOnce();
   const firstCpu = first.reduce((s, r) => s + r.cpuMs, 0);

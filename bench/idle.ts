@@ -10,7 +10,7 @@ import { startAgent } from '../test/helpers/agent-process.ts';
 const SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 600);
 const WARMUP_SECONDS = 15;
 
-function cpuSeconds(pid: number): number {
+export function cpuSeconds(pid: number): number {
   // Fields after the ")" of comm: utime and stime are the 12th and 13th (clock ticks, 100/s).
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

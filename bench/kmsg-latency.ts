@@ -24,7 +24,7 @@ export async function benchKmsgLatency(): Promise<Record<string, number>> {
     if (latencies.length === WRITES) done();
   });
   const monitor = new KernelLogMonitor({ reader: { lookbackMs: 0 }, registry: new Registry() });
-  monitor.start({ finding: (f) => engine.finding(f), healthy: (h) => engine.healthy(h) });
+  monitor.start({ finding: (f) => engine.finding(f), healthy: (h) => engine.healthy(h), source: (r) => engine.source(r) });
   try {
     for (let i = 0; i < WRITES; i++) {
       const pci = `${(0x2000 + i).toString(16)}:${((i % 200) + 16).toString(16).padStart(2, '0')}:00`;

@@ -14,6 +14,7 @@ const benches: Record<string, () => Promise<Bench>> = {
   gpu: async () => (await import('./gpu.ts')).benchGpu,
   host: async () => (await import('./host.ts')).benchHost,
   idle: async () => (await import('./idle.ts')).benchIdle,
+  burst: async () => (await import('./burst.ts')).benchBurst,
 };
 
 const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
@@ -22,7 +23,7 @@ const names = wanted.length ? wanted : Object.keys(benches);
 
 let results: Record<string, number | string> = {};
 try {
-  results = JSON.parse(readFileSync(out, 'utf8'));
+  results = JSON.parse(readFileSync(out, 'utf8')) as Record<string, number | string>;
 } catch {
   /* first run */
 }
@@ -43,7 +44,7 @@ for (const name of names) {
     }
   } catch (err) {
     failed++;
-    process.stderr.write(`  failed: ${(err as Error).stack}\n`);
+    process.stderr.write(`  failed: ${err instanceof Error ? err.stack : String(err)}\n`);
   }
 }
 results.measured_at = new Date().toISOString();

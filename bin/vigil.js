@@ -18,8 +18,10 @@ function newestSource(dir) {
   return newest;
 }
 
+// An image ships dist/ without src/: then there is nothing newer to compare against.
+const src = path.join(root, 'src');
 const fromSource =
-  process.env.VIGIL_FROM_SOURCE === '1' || !existsSync(stamp) || newestSource(path.join(root, 'src')) > statSync(stamp).mtimeMs;
+  process.env.VIGIL_FROM_SOURCE === '1' || !existsSync(stamp) || (existsSync(src) && newestSource(src) > statSync(stamp).mtimeMs);
 let main;
 if (fromSource) {
   const { register } = await import('tsx/esm/api');

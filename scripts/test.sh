@@ -2,11 +2,26 @@
 # The test command: check the generated catalog files, build dist/ (what bin/vigil.js runs, so the
 # end-to-end tests exercise the shipped build), type-check everything, then run every test file
 # with Node's built-in runner (Node 20 does not expand globs itself, so the shell does).
+#
+# Nothing may hang the run. Each file runs in its own process, and:
+# - Node's --test-timeout bounds each file as a whole (the runner kills its process, even one
+#   stuck in a busy loop) as well as each test that sets no timeout of its own: 10 minutes, 40 for
+#   test/deploy/ (it builds a container image), which runs after the others for that reason;
+# - test/helpers/leak-check.ts fails a file whose process is still held open (a server, socket,
+#   child process or timer left behind) a minute after its tests ended, and names what holds it.
+# Extra arguments go to both runs (e.g. --test-name-pattern=REGEX).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npx tsx scripts/gen-catalog.ts --check
 npm run -s build
 npx tsc -p tsconfig.json
 shopt -s globstar nullglob
-files=(test/**/*.test.ts src/**/*.test.ts)
-exec node --import tsx --test --test-concurrency=2 "${files[@]}" "$@"
+files=() slow=()
+for f in test/**/*.test.ts src/**/*.test.ts; do
+  if [[ "$f" == test/deploy/* ]]; then slow+=("$f"); else files+=("$f"); fi
+done
+runner=(node --import tsx --import ./test/helpers/leak-check.ts --test --test-concurrency=2)
+rc=0
+"${runner[@]}" --test-timeout=600000 "${files[@]}" "$@" || rc=$?
+if ((${#slow[@]})); then "${runner[@]}" --test-timeout=2400000 "${slow[@]}" "$@" || rc=$?; fi
+exit "$rc"

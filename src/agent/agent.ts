@@ -12,6 +12,9 @@ import { StateStore, type PersistedState } from '../state/store.ts';
 import { LogSink } from '../sinks/log/log-sink.ts';
 import { HttpServer } from '../sinks/http/server.ts';
 import { readBootId } from '../util/boot-id.ts';
+import { HealthBoard } from '../health/index.ts';
+import { errorMessage } from '../util/errors.ts';
+import type { UnknownReasonName } from '../catalog/index.ts';
 
 /** A sink plus the part of the state file it keeps. */
 export interface SinkEntry {
@@ -25,7 +28,19 @@ export interface MonitorEntry {
   /** Condition types this monitor proves healthy while it runs (managed as True when healthy). */
   conditions: ConditionType[];
   /** Condition types declared by configuration (NPD files), managed like the built-ins. */
-  extraConditions?: { type: ConditionType; healthyReason: string; healthyMessage: string }[];
+  extraConditions?: {
+    type: ConditionType;
+    healthyReason: string;
+    healthyMessage: string;
+    /** problemTrue: NPD's types, False while healthy and True with the problem's reason. */
+    polarity?: 'healthyTrue' | 'problemTrue';
+  }[];
+  /**
+   * What this monitor's source watches: if it cannot start (no /dev/kmsg, EPERM), these conditions
+   * go Unknown with `reason` and /healthz fails. Monitors report later blindness themselves
+   * through FindingSink.source().
+   */
+  blind?: { conditions: ConditionType[]; reason: UnknownReasonName };
   /** Called when state is saved; lets the kmsg monitor persist its cursor with the findings. */
   persist?: (state: PersistedState) => void;
 }
@@ -41,6 +56,7 @@ export interface AgentDeps {
     registry: Registry;
     markDirty: () => void;
     manage: (type: ConditionType) => void;
+    health: HealthBoard;
   }) => MonitorEntry[];
   /** Extra sinks (Kubernetes), built once the engine exists. */
   sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
@@ -54,25 +70,38 @@ export class Agent {
   private readonly sinks: Sink[];
   private readonly sinkEntries: SinkEntry[];
   private readonly http: HttpServer;
-  private readonly componentState = new Map<string, string>();
+  private readonly health: HealthBoard;
+  private readonly failedToStart = new Set<string>();
   private tickTimer: NodeJS.Timeout | undefined;
   private savedVersion = -1;
+  /** Set once serving: an agent that failed to start (port in use) must not write the state on stop. */
+  private started = false;
 
   constructor(private readonly deps: AgentDeps) {
     const { config, log } = deps;
     this.registry = deps.registry ?? new Registry();
     // A 1 s event-loop sampling period, not prom-client's 10 ms: 100 wake-ups a second would be most
     // of the idle agent's CPU.
-    collectDefaultMetrics({ register: this.registry, prefix: 'vigil_process_', eventLoopMonitoringPrecision: 1000 });
-    this.store = new StateStore(config.stateDir, () => this.collectState());
+    collectDefaultMetrics({ register: this.registry, prefix: 'vigil_', eventLoopMonitoringPrecision: 1000 });
+    this.health = new HealthBoard(log, this.registry);
+    const bootId = deps.bootId ?? readBootId();
+    // Takes the state directory's lock before reading it: a second agent on it stops here.
+    this.store = new StateStore(config.stateDir, {
+      bootId,
+      collect: () => this.collectState(),
+      registry: this.registry,
+      onHealth: (state, message) => this.health.set('state', state, message),
+      // Saved only once written: a failed write keeps the version unsaved, and the store retries it.
+      onSaved: () => (this.savedVersion = this.engine.stateVersion),
+    });
     const { state, warning } = this.store.load();
     if (warning) log.warn({ event: 'state' }, warning);
-    const bootId = deps.bootId ?? readBootId();
     this.entries = deps.monitors({
       restored: state,
       registry: this.registry,
       markDirty: () => this.store.schedule(),
       manage: (type) => this.manage(type),
+      health: this.health,
     });
     const managed = new Set(this.entries.flatMap((e) => e.conditions));
     const conditions = new Map<ConditionType, ConditionInfo>();
@@ -83,7 +112,7 @@ export class Agent {
     }
     for (const e of this.entries) {
       for (const c of e.extraConditions ?? [])
-        conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage });
+        conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage, polarity: c.polarity });
     }
     this.engine = new Engine({
       bootId,
@@ -110,24 +139,39 @@ export class Agent {
     });
     this.http = new HttpServer(this.registry, {
       health: () => this.engine.health(),
-      components: () => {
-        const out = Object.fromEntries(this.componentState);
-        for (const e of this.entries) {
-          if (out[e.monitor.name] === 'ok' && e.monitor.status) out[e.monitor.name] = e.monitor.status();
-        }
-        return out;
+      agentHealth: () => {
+        this.refreshHealth();
+        return { status: this.health.overall(), components: this.health.snapshot() };
       },
     });
-    const up = new Gauge({
+    this.sourceUp = new Gauge({
       name: 'vigil_source_up',
-      help: '1 while a monitor runs, 0 when it failed to start or stopped.',
+      help: '1 while a monitor can see, 0 while it cannot (its conditions are Unknown); absent while the monitor is off.',
       labelNames: ['monitor'],
       registers: [this.registry],
     });
-    this.sourceUp = (name, ok) => up.set({ monitor: name }, ok ? 1 : 0);
   }
 
-  private readonly sourceUp: (name: string, ok: boolean) => void;
+  private readonly sourceUp: Gauge<'monitor'>;
+
+  /**
+   * Brings /healthz up to date from the monitors' own status (a source that reported itself blind
+   * keeps that state until it reports it can see again). Runs on every /healthz and engine tick.
+   */
+  private refreshHealth(): void {
+    const blind = this.engine.blindSources();
+    for (const e of this.entries) {
+      const name = e.monitor.name;
+      if (this.failedToStart.has(name)) continue;
+      const down = blind.get(name);
+      const st = down
+        ? { state: 'failed' as const, message: down.message }
+        : (e.monitor.status?.() ?? { state: 'ok' as const, message: 'running' });
+      this.health.set(name, st.state, st.message);
+      if (st.state === 'off') this.sourceUp.remove({ monitor: name });
+      else this.sourceUp.set({ monitor: name }, st.state === 'failed' ? 0 : 1);
+    }
+  }
 
   /** The sink monitors publish through; it also makes sure the state file follows. */
   private findingSink(): FindingSink {
@@ -145,6 +189,12 @@ export class Agent {
         this.engine.healthy(h);
         saveIfChanged();
       },
+      source: (r) => {
+        this.engine.source(r);
+        if (r.up) this.health.set(r.component, 'ok', 'sees');
+        else this.health.set(r.component, 'failed', `cannot see (${r.reason ?? 'unavailable'}): ${r.message ?? ''}`);
+        saveIfChanged();
+      },
     };
   }
 
@@ -152,20 +202,34 @@ export class Agent {
     const { log, config } = this.deps;
     // Serve first: a monitor slow to start (a hung GPU) must not hide /healthz and /metrics.
     const addr = await this.http.listen(config.listen);
+    this.started = true;
     const out = this.findingSink();
     for (const e of this.entries) {
       try {
         await e.monitor.start(out);
-        this.componentState.set(e.monitor.name, 'ok');
-        this.sourceUp(e.monitor.name, true);
       } catch (err) {
-        // One broken monitor must not take the others down; it is visible on /healthz and metrics.
-        this.componentState.set(e.monitor.name, `failed: ${(err as Error).message}`);
-        this.sourceUp(e.monitor.name, false);
-        log.error({ err, monitor: e.monitor.name }, 'monitor failed to start');
+        // One broken monitor must not take the others down. What it watches is Unknown, not
+        // healthy, and /healthz fails until it runs (a restart of the pod, after the cause is fixed).
+        const message = `${e.monitor.name} cannot start: ${errorMessage(err)}`;
+        this.failedToStart.add(e.monitor.name);
+        this.sourceUp.set({ monitor: e.monitor.name }, 0);
+        this.health.set(e.monitor.name, 'failed', message);
+        log.debug({ err, monitor: e.monitor.name }, 'monitor failed to start');
+        if (e.blind) {
+          this.engine.source({
+            component: e.monitor.name,
+            conditions: e.blind.conditions,
+            up: false,
+            reason: e.blind.reason,
+            message,
+            at: Date.now(),
+          });
+        }
       }
     }
+    this.refreshHealth();
     this.tickTimer = setInterval(() => {
+      this.refreshHealth();
       this.engine.tick();
       if (this.engine.stateVersion !== this.savedVersion) this.store.schedule();
     }, config.engine.tick);
@@ -203,15 +267,15 @@ export class Agent {
         this.deps.log.warn({ err, monitor: e.monitor.name }, 'monitor failed to stop cleanly');
       }
     }
-    this.store.flush();
+    if (this.started) this.store.flush();
     await this.http.close();
     for (const s of this.sinks) await s.close?.();
     // A sink's last write (e.g. removing a stale condition type) changes what it persists.
-    this.store.flush();
+    if (this.started) this.store.flush();
+    this.store.close();
   }
 
   private collectState(): PersistedState {
-    this.savedVersion = this.engine.stateVersion;
     const state: PersistedState = { version: 1, engine: this.engine.snapshot() };
     for (const e of this.entries) e.persist?.(state);
     for (const e of this.sinkEntries) e.persist?.(state);

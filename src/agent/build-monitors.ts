@@ -5,14 +5,13 @@ import type { ConditionType, FindingSink } from '../api/types.ts';
 import type { VigilConfig } from '../config/load.ts';
 import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
-import { CONDITIONS } from '../catalog/index.ts';
 import { loadRuleFiles } from './rule-files.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
 import { HostMonitors } from '../monitors/host-monitors.ts';
 import { WorkQueue } from '../scheduler/work-queue.ts';
 import { GpuMonitor } from '../monitors/gpu/monitor.ts';
-import { attributeGpu, gpuBelow } from '../monitors/gpu/attribution.ts';
-import { withIgnoredXids } from '../monitors/xid/policy.ts';
+import { gpuBelow } from '../monitors/gpu/attribution.ts';
+import { createPipeline, declaredConditions, kernelLogClassifierOptions, throughPipeline } from '../pipeline/index.ts';
 import path from 'node:path';
 
 export interface BuildContext {
@@ -37,6 +36,9 @@ export function buildMonitors(config: VigilConfig, ctx: BuildContext): MonitorEn
   if (gpu) entries.push(gpuEntry(config, ctx, gpu, queue));
   const host = hostEntry(config, ctx, queue);
   if (host) entries.push(host);
+  // Every finding takes the path it takes in `vigil scan`: enrich -> mute -> engine.
+  const pipeline = (engine: FindingSink) => createPipeline({ config, registry: ctx.registry, engine, ...(gpu ? { gpus: gpu } : {}) });
+  for (const e of entries) e.monitor = throughPipeline(e.monitor, pipeline);
   // Last, so it stops after the monitors that put checks on it.
   entries.push({ monitor: { name: 'scheduler', start: () => queue.start(), stop: () => queue.stop() }, conditions: [] });
   return entries;
@@ -65,12 +67,11 @@ function gpuMonitor(config: VigilConfig, ctx: BuildContext): GpuMonitor {
 }
 
 function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue: WorkQueue): MonitorEntry {
-  const monitor = withIgnoredXids(gpu, config.xid.ignore, ctx.registry);
   return {
     monitor: {
       name: 'gpu',
       start: async (out) => {
-        await monitor.start(out);
+        await gpu.start(out);
         // Only a node with NVIDIA GPUs reports AcceleratedHardwareReady as healthy.
         if (gpu.snapshot().state !== 'running') return;
         ctx.manage('AcceleratedHardwareReady');
@@ -83,11 +84,14 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
       },
       stop: async () => {
         queue.remove('gpu.poll');
-        await monitor.stop();
+        await gpu.stop();
       },
       status: () => {
         const s = gpu.snapshot();
-        return s.state === 'off' ? 'off: no NVIDIA GPU on the PCI bus' : `${s.state}: ${s.gpus.length} GPUs, events ${s.events.status}`;
+        if (s.state === 'off') return { state: 'off', message: 'no NVIDIA GPU on the PCI bus, or the GPU monitor is disabled' };
+        if (s.state !== 'running') return { state: 'failed', message: s.state };
+        const events = s.events.status === 'failed' ? `events failed: ${s.events.detail ?? 'unknown'}` : `events ${s.events.status}`;
+        return { state: s.events.status === 'failed' ? 'degraded' : 'ok', message: `${s.gpus.length} GPUs, ${events}` };
       },
     },
     conditions: [],
@@ -97,41 +101,28 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
 function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor | undefined): MonitorEntry {
   const k = config.kernelLog;
   const rules = loadRuleFiles(config);
+  const sysRoot = path.join(config.monitors.hostRoot, 'sys');
   const monitor = new KernelLogMonitor({
     ...(ctx.restored?.kmsgCursor ? { cursor: ctx.restored.kmsgCursor } : {}),
     reader: { path: k.path, lookbackMs: k.lookback, newBootLookbackMs: k.lookback },
-    classifier: {
-      fatalXids: config.xid.fatal,
-      pcieCorrectedThreshold: { count: k.pcieCorrected.count, windowMs: k.pcieCorrected.window },
-      userRules: rules.userRules,
-      npd: rules.npd,
-      ...(gpu ? { gpuAbove: gpuBelow(path.join(config.monitors.hostRoot, 'sys'), gpu) } : {}),
-    },
+    classifier: { ...kernelLogClassifierOptions(config, rules), ...(gpu ? { gpuAbove: gpuBelow(sysRoot, gpu) } : {}) },
     registry: ctx.registry,
     onCursor: () => ctx.markDirty(),
     onError: (err) => ctx.log.warn({ err, monitor: 'kernel-log' }, `kernel log: ${err.message}`),
+    // Each loss is logged once with its count; /healthz shows the monitor degraded for a while.
+    onLost: (lost, total) =>
+      ctx.log.warn(
+        { event: 'kmsg_lost', monitor: 'kernel-log', lost, total },
+        `${lost} kernel log records were lost to a ring overrun (the agent was stopped or too slow); ${total} since start`,
+      ),
   });
-  const attributed = gpu
-    ? {
-        name: monitor.name,
-        start: (out: FindingSink) => monitor.start(attributeGpu(out, gpu)),
-        stop: () => monitor.stop(),
-        status: () => monitor.status(),
-      }
-    : monitor;
   return {
-    monitor: withIgnoredXids(attributed, config.xid.ignore, ctx.registry),
+    monitor,
     // The kernel log proves the kernel is watched; the other types need their own monitors.
     conditions: ['KernelReady'],
-    extraConditions: [
-      ...monitor.npdConditions.map((c) => ({ type: c.type, healthyReason: c.reason, healthyMessage: c.message })),
-      // A user rule may name its own condition type; Vigil manages it like the built-ins.
-      ...[...new Set(rules.userRules.map((r) => r.condition).filter((c): c is string => !!c && !(c in CONDITIONS)))].map((type) => ({
-        type,
-        healthyReason: `${type}IsHealthy`,
-        healthyMessage: `no ${type} problem is active`,
-      })),
-    ],
+    blind: { conditions: ['KernelReady'], reason: 'KernelLogUnavailable' },
+    // NPD files' condition types (False while healthy, as NPD reports them) and user rules' own.
+    extraConditions: declaredConditions(rules),
     persist: (state) => {
       const c = monitor.cursor();
       if (c) state.kmsgCursor = c;

@@ -2,6 +2,7 @@
 import type { VigilConfig } from '../config/load.ts';
 import { loadUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
 import { loadNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';
+import { errorMessage } from '../util/errors.ts';
 
 export interface RuleFiles {
   userRules: UserRule[];
@@ -17,14 +18,14 @@ export function loadRuleFiles(config: VigilConfig): RuleFiles {
     try {
       userRules.push(...loadUserRules(file));
     } catch (err) {
-      errors.push((err as Error).message);
+      errors.push(errorMessage(err));
     }
   }
   for (const file of config.kernelLog.npdConfigs) {
     try {
       npd.push(loadNpdConfig(file));
     } catch (err) {
-      errors.push((err as Error).message);
+      errors.push(errorMessage(err));
     }
   }
   if (errors.length) throw new Error(errors.join('\n'));

@@ -1,28 +1,24 @@
 /**
  * Vigil's internal contract: the shapes that flow from sources through monitors and the engine to
- * sinks. Types only, no runtime code, so every layer can import it without pulling in another.
+ * sinks. Types only, no runtime code of its own (CONDITION_TYPES is the generated list, re-exported),
+ * so every layer can import it without pulling in another.
  */
+import type { BuiltinConditionType, ReasonName, UnknownReasonName } from '../catalog/reasons.generated.ts';
 
 /** Fatal sets its condition False; Warning becomes an Event; Info is a metric/log line only. */
 export type Severity = 'Fatal' | 'Warning' | 'Info';
 
-/** Default condition types (Karpenter's AWS repair policies and EKS node auto repair act on these). */
-export type BuiltinConditionType =
-  'KernelReady' | 'NetworkingReady' | 'StorageReady' | 'ContainerRuntimeReady' | 'AcceleratedHardwareReady';
+/** The built-in condition types, generated from catalog/reasons.yaml (its `conditions`). */
+export type { BuiltinConditionType };
 
 /**
- * A condition type. The five built-ins are managed by default; NPD-style configurations may
- * declare more (e.g. `KernelDeadlock`), which is why this stays open.
+ * A condition type. The built-ins are managed by default; NPD-style configurations may declare
+ * more (e.g. `KernelDeadlock`), which is why this stays open.
  */
 export type ConditionType = BuiltinConditionType | (string & {});
 
-export const CONDITION_TYPES: readonly BuiltinConditionType[] = [
-  'KernelReady',
-  'NetworkingReady',
-  'StorageReady',
-  'ContainerRuntimeReady',
-  'AcceleratedHardwareReady',
-];
+/** The built-in condition types in catalog order (generated; re-exported here for every layer). */
+export { CONDITION_TYPES } from '../catalog/reasons.generated.ts';
 
 /** What an operator or repair engine should do about a reason. */
 export type RecommendedAction = 'none' | 'restartApp' | 'resetGPU' | 'reboot' | 'replace';
@@ -37,11 +33,22 @@ export type SourceName = 'kmsg' | 'nvml' | 'sysfs' | 'procfs' | 'journald' | 'ex
 export type Entity = string;
 
 /**
+ * A reason named by configuration (a user rule, an NPD file, an escalation), not by the catalog:
+ * the type checker cannot know it, so it is declared apart from ReasonName and made only by
+ * ruleReason() where configuration is read. Built-in code uses ReasonName, so a misspelt
+ * built-in reason does not compile.
+ */
+export type RuleReasonName = string & { readonly __ruleReason: true };
+
+/** Either kind of reason a finding can carry. */
+export type AnyReasonName = ReasonName | RuleReasonName;
+
+/**
  * One observation of a problem, as produced by a monitor. The engine looks up severity,
  * condition and recovery in the catalog unless the finding overrides them (user rules do).
  */
 export interface Finding {
-  reason: string;
+  reason: AnyReasonName;
   message: string;
   source: SourceName;
   entity: Entity;
@@ -57,23 +64,31 @@ export interface Finding {
   threshold?: { count: number; windowMs: number };
 }
 
+/** A finding from Vigil's own monitors: its reason is a catalog reason. */
+export interface BuiltinFinding extends Finding {
+  reason: ReasonName;
+}
+
 /**
  * A check ran and found (reason, entity) healthy. Clears `whenHealthy` reasons after the
  * catalog's number of consecutive healthy checks. An empty entity list means "every entity".
  */
 export interface HealthySignal {
-  reasons: readonly string[];
+  reasons: readonly AnyReasonName[];
   entity?: Entity;
   source: SourceName;
   at: number;
 }
+
+/** A NodeCondition's status. Unknown: the source that watches it cannot see. */
+export type ConditionStatus = 'True' | 'False' | 'Unknown';
 
 /** One Vigil condition as the sinks see it. */
 export interface ConditionState {
   type: ConditionType;
   /** The name written to Kubernetes (condition type names are configurable). */
   name: string;
-  status: 'True' | 'False';
+  status: ConditionStatus;
   reason: string;
   message: string;
   lastTransitionTime: string;
@@ -131,12 +146,33 @@ export interface Monitor {
   readonly name: string;
   start(out: FindingSink): Promise<void> | void;
   stop(): Promise<void> | void;
-  /** A short word for /healthz (e.g. 'ok', 'off: no NVIDIA GPU'); 'ok' when absent. */
-  status?(): string;
+  /**
+   * For /healthz: ok, degraded (works but lost something), failed (cannot see), or off (not
+   * configured, e.g. no NVIDIA GPU), with a message naming why. 'ok' when absent.
+   */
+  status?(): { state: 'ok' | 'degraded' | 'failed' | 'off'; message: string };
 }
 
 /** The handle a monitor publishes through. */
 export interface FindingSink {
   finding(f: Finding): void;
   healthy(h: HealthySignal): void;
+  /**
+   * Whether a source can see. While `up` is false its conditions read Unknown (unless a Fatal
+   * problem is already known) with `reason`, and /healthz fails. `component` names the source on
+   * /healthz and in logs ('kernel-log', 'gpu', 'host.storage'...).
+   */
+  source(s: SourceReport): void;
+}
+
+export interface SourceReport {
+  component: string;
+  /** Condition types this source watches. */
+  conditions: readonly ConditionType[];
+  up: boolean;
+  /** Required when down: the catalog's unknown reason. */
+  reason?: UnknownReasonName;
+  /** Why it cannot see, naming the cause (e.g. "open /dev/kmsg: EPERM (not root)"). */
+  message?: string;
+  at: number;
 }

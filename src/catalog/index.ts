@@ -2,10 +2,20 @@
  * Runtime view of the reason catalog: resolves a concrete reason name (including instances of
  * template reasons such as NvidiaXID48Error) to its definition.
  */
-import { CONDITIONS, REASONS, type ReasonDef, type ReasonName } from './reasons.generated.ts';
+import type { RuleReasonName } from '../api/types.ts';
+import {
+  CONDITIONS,
+  CONDITION_TYPES,
+  REASONS,
+  UNKNOWN_REASONS,
+  type BuiltinConditionType,
+  type ReasonDef,
+  type ReasonName,
+  type UnknownReasonName,
+} from './reasons.generated.ts';
 
-export { CONDITIONS, REASONS };
-export type { ReasonDef, ReasonName };
+export { CONDITIONS, CONDITION_TYPES, REASONS, UNKNOWN_REASONS };
+export type { BuiltinConditionType, ReasonDef, ReasonName, RuleReasonName, UnknownReasonName };
 
 const exact = new Map<string, ReasonDef>();
 const templates: { re: RegExp; def: ReasonDef }[] = [];
@@ -28,4 +38,17 @@ export function lookupReason(name: string): ReasonDef | undefined {
 /** Fills a template reason: reasonName('NvidiaXID{code}Error', {code: 48}) -> 'NvidiaXID48Error'. */
 export function fillTemplate(template: string, params: Record<string, string | number>): string {
   return template.replace(/\{([a-z]+)\}/g, (_m, p: string) => String(params[p]));
+}
+
+/**
+ * Declares a reason named by configuration (a user rule, an NPD file, an escalation). Only code that
+ * reads configuration calls this; built-in code names catalog reasons (ReasonName) directly.
+ */
+export function ruleReason(name: string): RuleReasonName {
+  return name as RuleReasonName;
+}
+
+/** Whether a string is a catalog reason (a template instance counts), narrowing it to ReasonName. */
+export function isReasonName(name: string): name is ReasonName {
+  return lookupReason(name) !== undefined;
 }

@@ -3,13 +3,12 @@
  * runtime catalog (which reads the generated data), so both agree on one shape.
  */
 import { z } from 'zod';
-
-const durationRe = /^(\d+)(ms|s|m|h|d)$/;
+import { parseDuration } from '../util/duration.ts';
 
 export const recoveryYaml = z.union([
   z.literal('untilReboot'),
   z.strictObject({ whenHealthy: z.number().int().min(1) }),
-  z.strictObject({ ttl: z.string().regex(durationRe, 'a duration such as 30s, 10m or 1h') }),
+  z.strictObject({ ttl: z.string().refine((s) => parseDuration(s) !== undefined, 'a duration such as 30s, 10m or 1h') }),
 ]);
 
 export const reasonYaml = z.strictObject({
@@ -25,6 +24,7 @@ export const reasonYaml = z.strictObject({
 
 export const catalogYaml = z.strictObject({
   conditions: z.record(z.string(), z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() })),
+  unknownReasons: z.record(z.string(), z.strictObject({ condition: z.string(), description: z.string().min(10) })),
   reasons: z.record(z.string(), reasonYaml),
 });
 

@@ -1,15 +1,19 @@
-/** `vigil check-config FILE`: validates a configuration and every rule file it names. */
+/**
+ * `vigil check-config FILE`: validates a configuration and every rule file it names, with the same
+ * checks `run` applies when it loads them, so a file that passes here does not break `run`.
+ */
 import { loadConfig } from '../config/load.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
+import { errorMessage } from '../util/errors.ts';
 
-export async function runCheckConfigCommand(file: string): Promise<number> {
+export function runCheckConfigCommand(file: string): number {
   try {
     const config = loadConfig(file);
     const rules = loadRuleFiles(config);
     process.stdout.write(`${file}: ok (${rules.summary})\n`);
     return 0;
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n`);
+    process.stderr.write(`${errorMessage(err)}\n`);
     return 2;
   }
 }

@@ -36,6 +36,7 @@ export interface GpuCommandReport extends GpuSnapshot {
 
 function exitCodeOf(snap: GpuSnapshot): number {
   if (snap.state === 'off') return 3;
+  if (snap.nvmlUsable === false) return 2;
   if (snap.checks.some((c) => c.status === 'fail' && (c.reason === 'NvidiaDriverNotLoaded' || c.reason === 'NvidiaNVMLTimeout'))) return 2;
   if (snap.checks.some((c) => c.status === 'fail')) return 1;
   return 0;
@@ -44,7 +45,7 @@ function exitCodeOf(snap: GpuSnapshot): number {
 export async function runGpuCommand(opts: GpuCommandOptions): Promise<number> {
   const write = opts.write ?? ((t: string) => void process.stdout.write(t));
   const findings: Finding[] = [];
-  const sink: FindingSink = { finding: (f) => void findings.push(f), healthy: () => {} };
+  const sink: FindingSink = { finding: (f) => void findings.push(f), healthy: () => {}, source: () => {} };
   const config: GpuConfigInput = { ...opts.config, events: false, enabled: true };
   if (opts.library) config.libraryPath = opts.library;
   const monitor = new GpuMonitor({ config, registry: new Registry(), ownTimer: false, ...(opts.sysRoot ? { sysRoot: opts.sysRoot } : {}) });

@@ -2,7 +2,11 @@
  * The `vigil` command line. Each command lives in its own module and is imported only when used,
  * so `vigil --help` and `vigil scan` stay fast and do not load koffi or the Kubernetes client.
  */
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { LISTEN_FORMAT, parseListen } from '../config/listen.ts';
+import { VERSION } from '../util/version.ts';
+import type { StatusOptions } from './status-command.ts';
+import type { ScanOptions } from './scan-command.ts';
 
 /** Exit status 2 is for bad input or arguments, everywhere. */
 export const EXIT_USAGE = 2;
@@ -10,7 +14,7 @@ export const EXIT_USAGE = 2;
 export function buildProgram(): Command {
   const program = new Command('vigil')
     .description('Node-health agent for Kubernetes GPU fleets: kernel log, NVML and host checks to NodeConditions and Events.')
-    .version('0.1.0')
+    .version(VERSION)
     .exitOverride()
     .configureOutput({ outputError: (s, write) => write(s) });
 
@@ -18,9 +22,10 @@ export function buildProgram(): Command {
     .command('run')
     .description('run the agent (standalone when no kubeconfig or in-cluster config is found, or with --standalone)')
     .option('--standalone', 'do not talk to Kubernetes; report through logs, /metrics and /conditions only')
-    .option('--listen <host:port>', 'address for /metrics, /healthz and /conditions (default from config: 127.0.0.1:9464)')
-    .option('--state-dir <dir>', 'where state survives restarts (default from config: /var/lib/vigil)')
+    .option('--listen <host:port>', 'address for /metrics, /healthz and /conditions (default from config: 127.0.0.1:9464)', listenArg)
+    .option('--state-dir <dir>', 'where state survives restarts (default from config: /var/lib/vigil)', nonEmptyArg)
     .option('--config <file>', 'YAML configuration file (see docs/configuration.md)')
+    .option('--npd-config <file>', 'node-problem-detector kernel-monitor JSON file (repeatable; adds to kernelLog.npdConfigs)', collect, [])
     .option('--node-name <name>', "this node's name (default: $NODE_NAME, then the host name)")
     .option('--kubeconfig <file>', 'kubeconfig to use instead of in-cluster configuration')
     .action(async (opts) => {
@@ -30,12 +35,13 @@ export function buildProgram(): Command {
 
   program
     .command('scan')
-    .description('classify a log file offline; prints one JSON object per finding with --json')
-    .argument('<file>', 'log file (raw kmsg records, dmesg, syslog or plain lines); - for stdin')
+    .description("replay a saved log through the agent's pipeline and engine, timed by the log's own timestamps")
+    .argument('<file>', 'log (raw kmsg records, dmesg, syslog or plain lines, mixed too): a file, a FIFO, <(zcat x.gz); - for stdin')
     .addOption(new Option('--format <format>', 'input format').choices(['auto', 'kmsg', 'dmesg', 'syslog', 'plain']).default('auto'))
     .option('--json', 'one JSON object per line: {line, reason, severity, condition, message, entity}')
     .option('--config <file>', 'configuration (Xid lists, user rules, NPD files)')
-    .action(async (file: string, opts) => {
+    .option('--npd-config <file>', 'node-problem-detector kernel-monitor JSON file (repeatable)', collect, [])
+    .action(async (file: string, opts: ScanOptions) => {
       const { runScanCommand } = await import('./scan-command.ts');
       process.exitCode = await runScanCommand(file, opts);
     });
@@ -55,7 +61,21 @@ export function buildProgram(): Command {
     .argument('<file>')
     .action(async (file: string) => {
       const { runCheckConfigCommand } = await import('./check-config-command.ts');
-      process.exitCode = await runCheckConfigCommand(file);
+      process.exitCode = runCheckConfigCommand(file);
+    });
+
+  program
+    .command('status')
+    .description('one row per node: each Vigil condition, its reason, how long it has failed, pending repair or quarantine')
+    .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, then ~/.kube/config)')
+    .option('-l, --selector <selector>', 'only nodes matching this label selector')
+    .option('--json', 'one JSON array per refresh')
+    .option('-w, --watch', 'keep refreshing (redrawn on a terminal; a new table on each change when piped)')
+    .option('--interval <seconds>', 'refresh interval with --watch', '5')
+    .option('--types <list>', 'condition types to show, comma-separated (when renamed with conditions.names)')
+    .action(async (opts: StatusOptions) => {
+      const { runStatusCommand } = await import('./status-command.ts');
+      process.exitCode = await runStatusCommand(opts);
     });
 
   program
@@ -70,6 +90,22 @@ export function buildProgram(): Command {
     });
 
   return program;
+}
+
+/** Refuses a --listen value `run` could not bind, before anything starts (commander names the flag). */
+function listenArg(value: string): string {
+  if (!parseListen(value)) throw new InvalidArgumentError(LISTEN_FORMAT);
+  return value;
+}
+
+function nonEmptyArg(value: string): string {
+  if (!value) throw new InvalidArgumentError('must not be empty');
+  return value;
+}
+
+/** Commander's way to take a repeatable option as a list. */
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
 }
 
 export async function main(argv: string[]): Promise<void> {

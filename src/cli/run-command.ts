@@ -1,16 +1,21 @@
 /** `vigil run`: the agent's main job. */
 import pino from 'pino';
 import { loadConfig, type VigilConfig } from '../config/load.ts';
+import { kubeconfigProblem } from '../config/kubeconfig.ts';
 import { Agent } from '../agent/agent.ts';
 import { buildMonitors } from '../agent/build-monitors.ts';
+import { loadRuleFiles } from '../agent/rule-files.ts';
 import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
 import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+import { errorMessage } from '../util/errors.ts';
 
 export interface RunOptions {
   standalone?: boolean;
   listen?: string;
   stateDir?: string;
   config?: string;
+  /** NPD system-log-monitor files (--npd-config, repeatable), added to kernelLog.npdConfigs. */
+  npdConfig?: string[];
   nodeName?: string;
   kubeconfig?: string;
 }
@@ -19,8 +24,17 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   let config: VigilConfig;
   try {
     config = loadConfig(opts.config);
+    config.kernelLog.npdConfigs.push(...(opts.npdConfig ?? []));
+    // A bad rule or NPD file (a journald plugin, a Go regex JS cannot run) is refused before start.
+    loadRuleFiles(config);
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n`);
+    process.stderr.write(`${errorMessage(err)}\n`);
+    return 2;
+  }
+  // Checked here, cheaply: the Kubernetes client accepts any file and fails later, far from the cause.
+  const badKubeconfig = opts.kubeconfig ? kubeconfigProblem(opts.kubeconfig) : undefined;
+  if (badKubeconfig) {
+    process.stderr.write(`--kubeconfig ${opts.kubeconfig}: ${badKubeconfig}\n`);
     return 2;
   }
   if (opts.listen) config.listen = opts.listen;
@@ -62,14 +76,14 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       },
     });
   } catch (err) {
-    log.error({ err }, `vigil cannot start: ${(err as Error).message}`);
+    log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
     return 2;
   }
 
   try {
     await agent.start();
   } catch (err) {
-    log.error({ err }, `vigil cannot start: ${(err as Error).message}`);
+    log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
     await agent.stop();
     return 2;
   }
@@ -84,8 +98,9 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       log.info({ event: 'stopping', signal }, 'vigil stopping');
       resolve();
     };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    // SIGHUP (terminal closed, `kill -HUP`) stops cleanly like SIGTERM instead of killing the
+    // process unsaved. It does not reload: configuration is read at start, so restart to apply it.
+    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(signal, () => stop(signal));
   });
   await agent.stop();
   // A thread stuck in a hung NVML call would keep the process alive forever; leave without it.

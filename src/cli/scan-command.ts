@@ -1,119 +1,118 @@
 /**
- * `vigil scan FILE`: classifies a saved log offline with the same parser and rules as the agent.
- * Streams the file, so a multi-gigabyte log needs little memory.
+ * `vigil scan FILE`: replays a saved log through the agent's own classifier, pipeline and engine
+ * (src/pipeline), on a clock taken from the lines' timestamps, and prints what the engine emits.
+ * Streams the input (a file, a FIFO, `<(zcat log.gz)`, stdin), so a multi-gigabyte log or a
+ * 600 MB line needs little memory.
+ *
+ * Exit 0: every line was read; 2: bad arguments or configuration, unreadable input, or input that
+ * was not all read as it should be (lines not in the forced format, lines cut at 1 MiB), so a
+ * partial read is never a quiet all-clear.
  */
-import { createReadStream, openSync, readSync, closeSync, statSync } from 'node:fs';
-import readline from 'node:readline';
-import type { Finding } from '../api/types.ts';
-import { lookupReason } from '../catalog/index.ts';
-import { loadConfig } from '../config/load.ts';
-import { loadRuleFiles } from '../agent/rule-files.ts';
-import { KernelLogClassifier } from '../monitors/kernel-log/classify.ts';
-import { detectFormat, parseLine, type LogFormat } from '../sources/kmsg/parse.ts';
-import { SlidingCounter } from '../engine/sliding-counter.ts';
+import { open } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { loadConfig, type VigilConfig } from '../config/load.ts';
+import { loadRuleFiles, type RuleFiles } from '../agent/rule-files.ts';
+import { LogReplay, MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';
+import type { LogFormat } from '../sources/kmsg/parse.ts';
+import { errorMessage } from '../util/errors.ts';
 
 export interface ScanOptions {
   format?: 'auto' | LogFormat;
   json?: boolean;
   config?: string;
+  /** NPD system-log-monitor files, added to the configuration's kernelLog.npdConfigs. */
+  npdConfig?: string[];
 }
 
-const SAMPLE_LINES = 50;
+/** Cut lines reported one by one; the rest are counted in the summary. */
+const CUT_REPORTS = 10;
 
 export async function runScanCommand(file: string, opts: ScanOptions): Promise<number> {
-  let classifier: KernelLogClassifier;
+  const name = file === '-' ? 'stdin' : file;
+  let config: VigilConfig;
+  let rules: RuleFiles;
   try {
-    const config = loadConfig(opts.config);
-    const rules = loadRuleFiles(config);
-    classifier = new KernelLogClassifier({
-      fatalXids: config.xid.fatal,
-      pcieCorrectedThreshold: { count: config.kernelLog.pcieCorrected.count, windowMs: config.kernelLog.pcieCorrected.window },
-      userRules: rules.userRules,
-      npd: rules.npd,
-      source: 'file',
-    });
-    if (file !== '-') checkReadableText(file);
+    config = loadConfig(opts.config);
+    config.kernelLog.npdConfigs.push(...(opts.npdConfig ?? []));
+    rules = loadRuleFiles(config);
   } catch (err) {
-    process.stderr.write(`vigil scan: ${(err as Error).message}\n`);
+    process.stderr.write(`vigil scan: ${errorMessage(err)}\n`);
     return 2;
   }
 
-  const input = file === '-' ? process.stdin : createReadStream(file);
-  const lines = readline.createInterface({ input, crlfDelay: Infinity });
-  let format: LogFormat | undefined = opts.format && opts.format !== 'auto' ? opts.format : undefined;
-  const pending: string[] = [];
-  const thresholds = new Map<string, SlidingCounter>();
-  let lineNo = 0;
-  let findings = 0;
-  const at = Date.now();
-
-  const emit = (f: Finding, line: number) => {
-    if (f.threshold) {
-      const key = `${f.reason}|${f.entity}`;
-      let c = thresholds.get(key);
-      if (!c) thresholds.set(key, (c = new SlidingCounter(f.threshold.windowMs, f.threshold.count)));
-      c.add(at);
-      if (c.count(at) < f.threshold.count) return;
-      thresholds.delete(key);
-    }
-    const def = lookupReason(f.reason);
-    const out = {
-      line,
-      reason: f.reason,
-      severity: f.severity ?? def?.severity ?? 'Warning',
-      condition: f.condition ?? def?.condition ?? 'KernelReady',
-      message: f.message,
-      entity: f.entity,
-    };
-    findings++;
-    process.stdout.write(
-      opts.json
-        ? `${JSON.stringify(out)}\n`
-        : `${line}: ${out.severity} ${out.reason}${out.entity ? ` [${out.entity}]` : ''} ${out.message}\n`,
-    );
-  };
-  const handle = (text: string, n: number) => {
-    const parsed = parseLine(text, format!);
-    if (!parsed) return;
-    for (const f of classifier.classify(parsed, at)) emit(f, n);
-  };
-
+  let input: Readable;
   try {
-    for await (const text of lines) {
-      lineNo++;
-      if (!format) {
-        // Auto-detect from the first lines, then replay them.
-        pending.push(text);
-        if (pending.length < SAMPLE_LINES) continue;
-        format = detectFormat(pending);
-        pending.forEach((t, i) => handle(t, lineNo - pending.length + 1 + i));
-        pending.length = 0;
-        continue;
+    input = file === '-' ? process.stdin : await openInput(file);
+  } catch (err) {
+    process.stderr.write(`vigil scan: cannot read ${name}: ${errorMessage(err)}\n`);
+    return 2;
+  }
+
+  let cutReports = 0;
+  const replay = new LogReplay({
+    config,
+    rules,
+    format: opts.format ?? 'auto',
+    onFinding: (f, line) => {
+      const out = { line, reason: f.reason, severity: f.severity, condition: f.condition, message: f.message, entity: f.entity };
+      process.stdout.write(
+        opts.json
+          ? `${JSON.stringify(out)}\n`
+          : `${line}: ${out.severity} ${out.reason}${out.entity ? ` [${out.entity}]` : ''} ${out.message}\n`,
+      );
+    },
+    onCut: (line, length) => {
+      if (cutReports++ < CUT_REPORTS) {
+        process.stderr.write(`vigil scan: ${name}: line ${line} is ${length} characters long; read its first ${MAX_LINE_CHARS} only\n`);
       }
-      handle(text, lineNo);
-    }
-    if (!format) {
-      format = detectFormat(pending);
-      pending.forEach((t, i) => handle(t, i + 1));
-    }
+    },
+  });
+
+  let summary: ReplaySummary;
+  try {
+    summary = await replayStream(input, replay);
   } catch (err) {
-    process.stderr.write(`vigil scan: cannot read ${file}: ${(err as Error).message}\n`);
+    input.destroy();
+    const why = err instanceof NotTextError ? `${name} is ${err.message}` : `cannot read ${name}: ${errorMessage(err)}`;
+    process.stderr.write(`vigil scan: ${why}\n`);
     return 2;
   }
-  if (!opts.json) process.stderr.write(`${lineNo} lines (${format}), ${findings} findings\n`);
-  return 0;
+  writeSummary(summary, opts, name);
+  return summary.unparsed > 0 || summary.cut > 0 ? 2 : 0;
 }
 
-/** Refuses what is not a readable text file, with a message that says which. */
-function checkReadableText(file: string): void {
-  const st = statSync(file);
-  if (st.isDirectory()) throw new Error(`${file} is a directory`);
-  const fd = openSync(file, 'r');
+/** Opens anything readable as a stream (a file, a FIFO, /dev/fd/N); refuses a directory. */
+async function openInput(file: string): Promise<Readable> {
+  const fh = await open(file, 'r');
   try {
-    const buf = Buffer.alloc(65536);
-    const n = readSync(fd, buf, 0, buf.length, 0);
-    if (buf.subarray(0, n).includes(0)) throw new Error(`${file} is not a text log (it contains NUL bytes)`);
-  } finally {
-    closeSync(fd);
+    if ((await fh.stat()).isDirectory()) throw new Error('it is a directory');
+  } catch (err) {
+    await fh.close();
+    throw err;
   }
+  return fh.createReadStream({ highWaterMark: 64 * 1024 });
+}
+
+function writeSummary(s: ReplaySummary, opts: ScanOptions, name: string): void {
+  if (s.unparsed > 0) {
+    process.stderr.write(
+      `vigil scan: ${name}: ${s.unparsed} lines were not in ${opts.format} format (first: line ${s.firstUnparsed}); ` +
+        'they were classified as plain text\n',
+    );
+  }
+  if (s.cut > CUT_REPORTS) process.stderr.write(`vigil scan: ${name}: ${s.cut} lines in all were cut at ${MAX_LINE_CHARS} characters\n`);
+  if (opts.json) {
+    process.stderr.write(`${JSON.stringify({ summary: s })}\n`);
+    return;
+  }
+  const formats = Object.entries(s.formats)
+    .map(([f, n]) => `${f} ${n}`)
+    .join(', ');
+  const problems = [
+    ...(s.unparsed ? [`${s.unparsed} not in ${opts.format} format`] : []),
+    ...(s.cut ? [`${s.cut} cut at ${MAX_LINE_CHARS} characters`] : []),
+  ];
+  process.stderr.write(
+    `${s.lines} lines${formats ? ` (${formats})` : ''}, ${s.findings} findings${problems.length ? `; ${problems.join(', ')}` : ''}\n`,
+  );
 }

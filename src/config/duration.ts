@@ -1,16 +1,22 @@
 import { z } from 'zod';
 import { parseDuration } from '../util/duration.ts';
 
-/** A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m'. Parses to ms. */
+/** A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m', '1h30m'. Parses to ms. */
 export const durationValue = z.union([z.number().int().min(0), z.string()]).transform((v, ctx) => {
   if (typeof v === 'number') return v;
   const ms = parseDuration(v);
   if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: `"${v}" is not a duration (use e.g. 500ms, 30s, 5m, 1h)` });
+    ctx.addIssue({ code: 'custom', message: `expected a duration such as 500ms, 30s, 5m or 1h, not "${v}"` });
     return z.NEVER;
   }
   return ms;
 });
 
+/** A duration that must be more than 0: a timer period or a timeout, where 0 would spin or fail at once. */
+export const positiveDurationValue = durationValue.refine((ms) => ms > 0, 'must be more than 0 (0 would spin or time out at once)');
+
 /** A config duration with a default (given either way; it goes through the same parsing). */
 export const duration = (def: number | string) => durationValue.prefault(def);
+
+/** A config duration with a default that must be more than 0. */
+export const positiveDuration = (def: number | string) => positiveDurationValue.prefault(def);

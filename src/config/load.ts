@@ -4,10 +4,10 @@
  */
 import { readFileSync } from 'node:fs';
 import YAML from 'yaml';
-import type { z } from 'zod';
-import { configSchema } from './index.ts';
+import { errorMessage } from '../util/errors.ts';
+import { configSchema, type VigilConfig } from './schema.ts';
 
-export type VigilConfig = z.output<typeof configSchema>;
+export type { VigilConfig };
 
 export class ConfigError extends Error {
   readonly code = 'VIGIL_CONFIG_INVALID';
@@ -24,13 +24,13 @@ export function parseConfig(text: string, source = 'config'): VigilConfig {
     if (doc.errors.length) throw new Error(doc.errors.map((e) => e.message).join('; '));
     raw = doc.toJS() ?? {};
   } catch (err) {
-    throw new ConfigError(`${source}: not valid YAML: ${(err as Error).message}`);
+    throw new ConfigError(`${source}: not valid YAML: ${errorMessage(err)}`);
   }
   const result = configSchema.safeParse(raw);
   if (!result.success) {
     const lines = result.error.issues.map((i) => {
       const field = i.path.length ? i.path.join('.') : '(top level)';
-      const keys = 'keys' in i && Array.isArray(i.keys) ? ` (${(i.keys).join(', ')})` : '';
+      const keys = 'keys' in i && Array.isArray(i.keys) ? ` (${i.keys.join(', ')})` : '';
       return `  ${field}: ${i.message}${keys}`;
     });
     throw new ConfigError(`${source}: invalid configuration:\n${lines.join('\n')}`);
@@ -44,7 +44,7 @@ export function loadConfig(file: string | undefined): VigilConfig {
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError(`${file}: cannot read: ${(err as Error).message}`);
+    throw new ConfigError(`${file}: cannot read: ${errorMessage(err)}`);
   }
   return parseConfig(text, file);
 }

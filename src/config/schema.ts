@@ -1,53 +1,85 @@
 /**
- * The configuration file's schema. Every option has a default, so an empty file is valid; unknown
- * keys are rejected so a typo is an error rather than a silently ignored setting.
- * docs/configuration.md describes each option.
+ * The configuration file's schema: Vigil's core options and every monitor's section, in this one
+ * folder, which imports nothing from src/monitors (the monitors import their sections from here).
+ * Every option has a default, so an empty file is valid; unknown keys are rejected so a typo is an
+ * error rather than a silently ignored setting. Values that would break `run` are refused here,
+ * so `check-config` and `run` agree. docs/configuration.md describes each option.
  */
+import { statSync } from 'node:fs';
 import { z } from 'zod';
-import { duration } from './duration.ts';
 import { CONDITION_TYPES } from '../api/types.ts';
-import { DEFAULT_FATAL_XIDS } from '../monitors/xid/policy.ts';
+import { duration, positiveDuration } from './duration.ts';
+import { gpuSectionSchema } from './gpu.ts';
+import { hostMonitorsConfigSchema } from './host.ts';
+import { kubeconfigProblem } from './kubeconfig.ts';
+import { LISTEN_FORMAT, parseListen } from './listen.ts';
+import { regexString } from './regex.ts';
+import { xidConfig } from './xid.ts';
 
-const conditionNames = z.strictObject(
-  Object.fromEntries(
-    CONDITION_TYPES.map((t) => [
-      t,
-      z
-        .string()
-        .regex(/^[A-Za-z][A-Za-z0-9]*$/)
-        .default(t),
-    ]),
-  ) as Record<(typeof CONDITION_TYPES)[number], z.ZodDefault<z.ZodString>>,
-);
+const conditionNames = z
+  .strictObject(
+    Object.fromEntries(
+      CONDITION_TYPES.map((t) => [
+        t,
+        z
+          .string()
+          .regex(/^[A-Za-z][A-Za-z0-9]*$/)
+          .default(t),
+      ]),
+    ) as Record<(typeof CONDITION_TYPES)[number], z.ZodDefault<z.ZodString>>,
+  )
+  .superRefine((names, ctx) => {
+    // Two conditions under one name would overwrite each other on the Node.
+    const seen = new Map<string, string>();
+    for (const [type, name] of Object.entries(names)) {
+      const other = seen.get(name);
+      if (other) ctx.addIssue({ code: 'custom', path: [type], message: `"${name}" is already the name of ${other}` });
+      seen.set(name, type);
+    }
+  });
 
 const escalation = z.strictObject({
-  match: z.string().refine(isRegex, 'not a valid regular expression'),
+  match: regexString,
   count: z.number().int().min(2),
   window: duration('10m'),
   raise: z.string().min(1),
 });
 
-export const kernelLogConfig = z.strictObject({
-  enabled: z.boolean().default(true),
-  /** The kernel log device; tests point it elsewhere. */
-  path: z.string().default('/dev/kmsg'),
-  /** On a first start or a new boot, records younger than this are classified; 0 = only new ones. */
-  lookback: duration('5m'),
-  /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
-  pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
-  /** YAML files of user rules (see docs/configuration.md). */
-  userRules: z.array(z.string()).default([]),
-  /** node-problem-detector system-log-monitor JSON files, loaded as they are. */
-  npdConfigs: z.array(z.string()).default([]),
-});
+export const kernelLogConfig = z
+  .strictObject({
+    enabled: z.boolean().default(true),
+    /** The kernel log device; tests point it elsewhere. */
+    path: z.string().min(1).default('/dev/kmsg'),
+    /** On a first start or a new boot, records younger than this are classified; 0 = only new ones. */
+    lookback: duration('5m'),
+    /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
+    pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
+    /** YAML files of user rules (see docs/configuration.md). */
+    userRules: z.array(z.string().min(1)).default([]),
+    /** node-problem-detector system-log-monitor JSON files, loaded as they are. */
+    npdConfigs: z.array(z.string().min(1)).default([]),
+  })
+  .superRefine((k, ctx) => {
+    const problem = k.enabled ? kernelLogPathProblem(k.path) : undefined;
+    if (problem) ctx.addIssue({ code: 'custom', path: ['path'], message: problem });
+  });
 
-/** One Xid policy for the kernel log and NVML events, so both name a fault the same way. */
-export const xidConfig = z.strictObject({
-  /** Xids that raise NvidiaXID<N>Error (Fatal); every other Xid raises NvidiaXID<N>Warning. */
-  fatal: z.array(z.number().int().min(1).max(1000)).default([...DEFAULT_FATAL_XIDS]),
-  /** Xids that are not reported at all (counted in vigil_findings_suppressed_total{why="ignored_xid"}). */
-  ignore: z.array(z.number().int().min(1).max(1000)).default([]),
-});
+/**
+ * The reader needs a device that returns one record per read and EAGAIN when drained (/dev/kmsg),
+ * or a FIFO; a regular file would be read as one blob and then spin at end of file. A path that is
+ * missing or unreadable is not refused: the agent reports KernelReady Unknown until it can read.
+ */
+export function kernelLogPathProblem(path: string): string | undefined {
+  let st;
+  try {
+    st = statSync(path);
+  } catch {
+    return undefined;
+  }
+  if (st.isCharacterDevice() || st.isFIFO()) return undefined;
+  const kind = st.isFile() ? 'a regular file' : st.isDirectory() ? 'a directory' : 'not a device';
+  return `${path} is ${kind}: expected the kernel log device (/dev/kmsg) or a FIFO`;
+}
 
 export const engineConfig = z.strictObject({
   /** A repeat of an active problem is logged/re-emitted at most once per window; repeats are counted. */
@@ -57,29 +89,39 @@ export const engineConfig = z.strictObject({
     .array(escalation)
     .prefault([{ match: 'NvidiaXID(13|31|43)Warning', count: 5, window: '10m', raise: 'NvidiaXID$1Repeated' }]),
   /** How often ttl recovery is evaluated. */
-  tick: duration('30s'),
+  tick: positiveDuration('30s'),
 });
 
-export const kubernetesConfig = z.strictObject({
-  /** auto: use in-cluster config or a kubeconfig when one is found; off: standalone. */
-  mode: z.enum(['auto', 'on', 'off']).default('auto'),
-  kubeconfig: z.string().optional(),
-  /** Condition re-write period even when nothing changed; 0 disables. */
-  heartbeat: duration('5m'),
-  /** Changes within this window are written together (well under a second). */
-  coalesce: duration('200ms').refine((ms) => ms <= 1000, 'at most 1s: repair engines should see a change at once'),
-  /** Namespace for Events about the Node. */
-  eventNamespace: z.string().default('default'),
-  /** Events per reason per minute; more are dropped and counted. */
-  eventsPerReasonPerMinute: z.number().int().min(1).default(6),
-});
+export const kubernetesConfig = z
+  .strictObject({
+    /** auto: use in-cluster config or a kubeconfig when one is found; off: standalone. */
+    mode: z.enum(['auto', 'on', 'off']).default('auto'),
+    kubeconfig: z.string().min(1).optional(),
+    /** Condition re-write period even when nothing changed; 0 disables. */
+    heartbeat: duration('5m'),
+    /** Changes within this window are written together (well under a second). */
+    coalesce: duration('200ms').refine((ms) => ms <= 1000, 'at most 1s: repair engines should see a change at once'),
+    /** Namespace for Events about the Node. */
+    eventNamespace: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'expected a Kubernetes namespace name (a DNS label)')
+      .default('default'),
+    /** Events per reason per minute; more are dropped and counted. */
+    eventsPerReasonPerMinute: z.number().int().min(1).default(6),
+  })
+  .superRefine((k, ctx) => {
+    const problem = k.mode !== 'off' && k.kubeconfig !== undefined ? kubeconfigProblem(k.kubeconfig) : undefined;
+    if (problem) ctx.addIssue({ code: 'custom', path: ['kubeconfig'], message: `${k.kubeconfig}: ${problem}` });
+  });
 
-export const coreConfig = z.strictObject({
-  nodeName: z.string().optional(),
-  stateDir: z.string().default('/var/lib/vigil'),
+export const configSchema = z.strictObject({
+  nodeName: z.string().min(1).optional(),
+  stateDir: z.string().min(1, 'must not be empty').default('/var/lib/vigil'),
   listen: z
     .string()
-    .regex(/^[^:]*:\d+$/, 'HOST:PORT')
+    .superRefine((s, ctx) => {
+      if (!parseListen(s)) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)}: ${LISTEN_FORMAT}` });
+    })
     .default('127.0.0.1:9464'),
   logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error']).default('info'),
   conditions: z.strictObject({ names: conditionNames.prefault({}) }).prefault({}),
@@ -87,13 +129,10 @@ export const coreConfig = z.strictObject({
   engine: engineConfig.prefault({}),
   kernelLog: kernelLogConfig.prefault({}),
   kubernetes: kubernetesConfig.prefault({}),
+  /** The NVIDIA GPU monitor (NVML). */
+  gpu: gpuSectionSchema.prefault({}),
+  /** The polled host checks: kernel, networking, storage, container runtime. */
+  monitors: hostMonitorsConfigSchema,
 });
 
-function isRegex(s: string): boolean {
-  try {
-    new RegExp(s);
-    return true;
-  } catch {
-    return false;
-  }
-}
+export type VigilConfig = z.output<typeof configSchema>;

@@ -7,6 +7,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type {
   ActiveProblem,
   ConditionState,
+  ConditionStatus,
   ConditionType,
   EmittedFinding,
   EngineEvent,
@@ -16,6 +17,7 @@ import type {
   RecommendedAction,
   Recovery,
   Severity,
+  SourceReport,
 } from '../api/types.ts';
 import { lookupReason } from '../catalog/index.ts';
 import { Escalator, type EscalationRule } from './escalation.ts';
@@ -26,6 +28,12 @@ export interface ConditionInfo {
   name: string;
   healthyReason: string;
   healthyMessage: string;
+  /**
+   * healthyTrue (Vigil's own conditions, the default): True while healthy, False on a Fatal
+   * problem. problemTrue (conditions declared by NPD files): False while healthy, True while a
+   * permanent rule's problem is active, as NPD reports them.
+   */
+  polarity?: 'healthyTrue' | 'problemTrue';
 }
 
 export interface EngineOptions {
@@ -52,13 +60,15 @@ interface ProblemState extends ActiveProblem {
   action: RecommendedAction;
   healthyStreak: number;
   lastEmitted: number;
+  /** Arrival order, to break firstSeen ties in the per-condition order. */
+  order: number;
 }
 
 /** What survives a restart: the conditions' clocks and the active problems. */
 export interface EngineSnapshot {
   version: 1;
   bootId: string;
-  conditions: Record<string, { status: 'True' | 'False'; lastTransitionTime: string }>;
+  conditions: Record<string, { status: ConditionStatus; lastTransitionTime: string }>;
   problems: (ActiveProblem & { recovery: Recovery; action: RecommendedAction; healthyStreak: number })[];
 }
 
@@ -67,7 +77,15 @@ type Listener = (event: EngineEvent, health: NodeHealth) => void;
 export class Engine {
   private readonly now: () => number;
   private readonly problems = new Map<string, ProblemState>();
-  private readonly conditionClock = new Map<ConditionType, { status: 'True' | 'False'; since: string }>();
+  /**
+   * Active Fatal problems per condition, oldest first: a condition's state, reason and message
+   * come from here without walking every problem (per-finding cost must not grow with their number).
+   */
+  private readonly fatal = new Map<ConditionType, ProblemState[]>();
+  private arrivals = 0;
+  private readonly conditionClock = new Map<ConditionType, { status: ConditionStatus; since: string }>();
+  /** Sources that cannot see, per condition type they watch: the condition reads Unknown. */
+  private readonly blind = new Map<ConditionType, Map<string, { reason: string; message: string }>>();
   private readonly thresholds = new Map<string, SlidingCounter>();
   private readonly activations = new Map<string, SlidingCounter>();
   private readonly escalator: Escalator;
@@ -76,7 +94,8 @@ export class Engine {
   private readonly flap: { maxActivations: number; windowMs: number };
   private readonly m: ReturnType<typeof engineMetrics>;
   private version = 0;
-  private lastHealth: NodeHealth | undefined;
+  /** What listeners were last given; dropped on every change except a repeat. */
+  private lastView: NodeHealth | undefined;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? Date.now;
@@ -149,9 +168,10 @@ export class Engine {
         action,
         healthyStreak: 0,
         lastEmitted: f.at,
+        order: 0,
         ...(f.attrs ? { attrs: { ...f.attrs } } : {}),
       };
-      this.problems.set(key, p);
+      this.track(p);
       this.counterFor(this.activations, key, this.flap.windowMs, this.flap.maxActivations + 1).add(f.at);
       this.version++;
       this.emit({ kind: 'finding', finding: { ...f, severity, condition, action, count: 1 } });
@@ -166,7 +186,7 @@ export class Engine {
   }
 
   healthy(h: HealthySignal): void {
-    const wanted = new Set(h.reasons);
+    const wanted = new Set<string>(h.reasons);
     for (const p of [...this.problems.values()]) {
       if (!wanted.has(p.reason) || (h.entity !== undefined && p.entity !== h.entity)) continue;
       if (p.recovery.kind !== 'whenHealthy') continue;
@@ -179,6 +199,41 @@ export class Engine {
       }
       this.clear(p, 'healthy');
     }
+  }
+
+  /**
+   * A source says whether it can see. While any source of a condition is down and no Fatal problem
+   * is known for it, the condition is Unknown with the source's reason.
+   */
+  source(r: SourceReport): void {
+    for (const type of r.conditions) {
+      let down = this.blind.get(type);
+      if (r.up) {
+        if (!down?.delete(r.component)) continue;
+      } else {
+        const next = { reason: r.reason ?? 'SourceUnavailable', message: r.message ?? `${r.component} cannot see` };
+        const prev = down?.get(r.component);
+        if (prev && prev.reason === next.reason && prev.message === next.message) continue;
+        if (!down) this.blind.set(type, (down = new Map<string, { reason: string; message: string }>()));
+        down.set(r.component, next);
+      }
+      this.version++;
+      if (!this.recomputeCondition(type)) {
+        // Same status, new cause: sinks still show the current message.
+        const info = this.opts.conditions.get(type);
+        if (info && this.conditionClock.get(type)?.status === 'Unknown') {
+          this.emit({ kind: 'condition', condition: this.conditionState(type, info), previous: 'Unknown' });
+        }
+      }
+    }
+    this.refreshGauges();
+  }
+
+  /** Sources that cannot see right now, by component (for /healthz). */
+  blindSources(): Map<string, { reason: string; message: string }> {
+    const out = new Map<string, { reason: string; message: string }>();
+    for (const down of this.blind.values()) for (const [c, v] of down) out.set(c, v);
+    return out;
   }
 
   /** Expires ttl problems; call every few seconds. */
@@ -211,8 +266,7 @@ export class Engine {
   health(): NodeHealth {
     const conditions: ConditionState[] = [];
     for (const [type, info] of this.opts.conditions) conditions.push(this.conditionState(type, info));
-    const warnings = [...this.problems.values()].filter((p) => p.severity !== 'Fatal').map(publicProblem);
-    return { bootId: this.opts.bootId, conditions, warnings };
+    return { bootId: this.opts.bootId, conditions, warnings: this.warnings() };
   }
 
   snapshot(): EngineSnapshot {
@@ -222,12 +276,7 @@ export class Engine {
       version: 1,
       bootId: this.opts.bootId,
       conditions,
-      problems: [...this.problems.values()].map((p) => ({
-        ...publicProblem(p),
-        recovery: p.recovery,
-        action: p.action,
-        healthyStreak: p.healthyStreak,
-      })),
+      problems: [...this.problems.values()].map(savedProblem),
     };
   }
 
@@ -245,18 +294,16 @@ export class Engine {
     }
     if (s.bootId !== this.opts.bootId) {
       // A new boot is the repair every reason waits for; checks that still fail re-raise.
-      for (const p of s.problems) this.m.recovered.inc({ why: 'reboot' });
+      if (s.problems.length) this.m.recovered.inc({ why: 'reboot' }, s.problems.length);
       for (const type of this.opts.conditions.keys()) this.recomputeCondition(type, true);
       return;
     }
-    for (const p of s.problems) {
-      this.problems.set(p.key, { ...p, lastEmitted: p.lastSeen });
-    }
+    for (const p of s.problems) this.track({ ...p, lastEmitted: p.lastSeen, order: 0 });
     for (const type of this.opts.conditions.keys()) this.recomputeCondition(type, true);
   }
 
   private clear(p: ProblemState, why: 'healthy' | 'ttl' | 'reboot'): void {
-    this.problems.delete(p.key);
+    this.untrack(p);
     this.version++;
     this.m.recovered.inc({ why });
     this.emit({ kind: 'recovered', problem: publicProblem(p), why });
@@ -264,21 +311,68 @@ export class Engine {
     this.refreshGauges();
   }
 
-  private statusOf(type: ConditionType): 'True' | 'False' {
-    for (const p of this.problems.values()) if (p.condition === type && p.severity === 'Fatal') return 'False';
-    return 'True';
+  /** Adds an active problem to the indexes and the gauges (the only way one becomes active). */
+  private track(p: ProblemState): void {
+    p.order = this.arrivals++;
+    this.problems.set(p.key, p);
+    this.m.active.inc({ condition: p.condition, severity: p.severity });
+    if (p.severity !== 'Fatal') return;
+    let list = this.fatal.get(p.condition);
+    if (!list) this.fatal.set(p.condition, (list = []));
+    // Findings mostly arrive in time order: an append. An older one (a replayed record) is placed.
+    const last = list[list.length - 1];
+    if (!last || !olderThan(p, last)) list.push(p);
+    else list.splice(this.fatalIndex(list, p), 0, p);
   }
 
-  private recomputeCondition(type: ConditionType, quiet = false): void {
+  private untrack(p: ProblemState): void {
+    this.problems.delete(p.key);
+    this.m.active.dec({ condition: p.condition, severity: p.severity });
+    const list = p.severity === 'Fatal' ? this.fatal.get(p.condition) : undefined;
+    if (!list) return;
+    const i = this.fatalIndex(list, p);
+    if (list[i] === p) list.splice(i, 1);
+    if (list.length === 0) this.fatal.delete(p.condition);
+  }
+
+  /** Where p is, or belongs, in a list ordered by (firstSeen, arrival): a binary search. */
+  private fatalIndex(list: ProblemState[], p: ProblemState): number {
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (olderThan(list[mid], p)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** healthy, faulty (a Fatal problem is active) or unknown (a source cannot see, no fault known). */
+  private stateOf(type: ConditionType): 'healthy' | 'faulty' | 'unknown' {
+    if (this.fatal.get(type)?.length) return 'faulty';
+    return this.blind.get(type)?.size ? 'unknown' : 'healthy';
+  }
+
+  private statusOf(type: ConditionType): ConditionStatus {
+    const state = this.stateOf(type);
+    if (state === 'unknown') return 'Unknown';
+    const info = this.opts.conditions.get(type) ?? this.opts.lateConditions?.get(type);
+    const problemTrue = info?.polarity === 'problemTrue';
+    return (state === 'faulty') === problemTrue ? 'True' : 'False';
+  }
+
+  /** Returns whether the status changed. */
+  private recomputeCondition(type: ConditionType, quiet = false): boolean {
     const info = this.opts.conditions.get(type);
-    if (!info) return; // e.g. a GPU fault on a node where AcceleratedHardwareReady is not managed
+    if (!info) return false; // e.g. a GPU fault on a node where AcceleratedHardwareReady is not managed
     const status = this.statusOf(type);
     const clock = this.conditionClock.get(type);
-    if (clock && clock.status === status) return;
+    if (clock && clock.status === status) return false;
     const previous = clock?.status ?? 'Unknown';
     this.conditionClock.set(type, { status, since: this.iso() });
     this.version++;
     if (!quiet) this.emit({ kind: 'condition', condition: this.conditionState(type, info), previous });
+    return true;
   }
 
   /** Lets the engine manage a condition type it learned about late (e.g. a GPU proved present). */
@@ -290,32 +384,54 @@ export class Engine {
     this.emit({ kind: 'condition', condition: this.conditionState(type, info), previous: 'Unknown' });
   }
 
-  private conditionState(type: ConditionType, info: ConditionInfo): ConditionState {
-    const active = [...this.problems.values()]
-      .filter((p) => p.condition === type && p.severity === 'Fatal')
-      .sort((a, b) => a.firstSeen - b.firstSeen);
+  /**
+   * One condition as sinks see it. `lazyActive`: the list of active problems is built when first
+   * read (listeners get this on every event and rarely read it; building it is O(problems)).
+   */
+  private conditionState(type: ConditionType, info: ConditionInfo, lazyActive = false): ConditionState {
+    const active = this.fatal.get(type) ?? [];
     const clock = this.conditionClock.get(type)!;
+    const problemTrue = info.polarity === 'problemTrue';
     if (active.length === 0) {
+      const down = [...(this.blind.get(type)?.values() ?? [])];
+      if (down.length > 0) {
+        return {
+          type,
+          name: info.name,
+          status: 'Unknown',
+          reason: down[0].reason,
+          message: bounded(down.map((d) => d.message).join('; ')),
+          lastTransitionTime: clock.since,
+          active: [],
+        };
+      }
       return {
         type,
         name: info.name,
-        status: 'True',
+        status: problemTrue ? 'False' : 'True',
         reason: info.healthyReason,
         message: info.healthyMessage,
         lastTransitionTime: clock.since,
         active: [],
       };
     }
-    const message = active.map((p) => `${p.reason}${p.entity ? ` on ${p.entity}` : ''}: ${p.message}`).join('; ');
-    return {
+    // The oldest problems fill the bounded message; later ones would be cut off anyway.
+    let message = '';
+    for (const p of active) {
+      message += `${message ? '; ' : ''}${p.reason}${p.entity ? ` on ${p.entity}` : ''}: ${p.message}`;
+      if (message.length > MAX_MESSAGE) break;
+    }
+    const state: Omit<ConditionState, 'active'> = {
       type,
       name: info.name,
-      status: 'False',
+      status: problemTrue ? 'True' : 'False',
       reason: active[0].reason,
-      message: message.length > 1024 ? `${message.slice(0, 1021)}...` : message,
+      message: bounded(message),
       lastTransitionTime: clock.since,
-      active: active.map(publicProblem),
     };
+    if (!lazyActive) return { ...state, active: active.map(publicProblem) };
+    let list: ActiveProblem[] | undefined;
+    return Object.defineProperty(state, 'active', { enumerable: true, get: () => (list ??= active.map(publicProblem)) }) as ConditionState;
   }
 
   private passesThreshold(key: string, t: { count: number; windowMs: number }, at: number): boolean {
@@ -353,16 +469,39 @@ export class Engine {
 
   private emit(event: EngineEvent): void {
     // Repeats change no condition; reuse the last view so a storm of them stays cheap.
-    const health = event.kind === 'repeat' && this.lastHealth ? this.lastHealth : (this.lastHealth = this.health());
-    for (const l of this.listeners) l(event, health);
+    if (event.kind !== 'repeat' || !this.lastView) this.lastView = this.view();
+    for (const l of this.listeners) l(event, this.lastView);
   }
 
+  /**
+   * The health handed to listeners with each event: its parts are built when first read, so an
+   * event costs the same however many problems are active (a sink reading `warnings` or `active`
+   * on every event pays for them). Read it during the call: it shows the engine's state then.
+   */
+  private view(): NodeHealth {
+    let conditions: ConditionState[] | undefined;
+    let warnings: ActiveProblem[] | undefined;
+    return Object.defineProperties({ bootId: this.opts.bootId } as NodeHealth, {
+      conditions: {
+        enumerable: true,
+        get: () => (conditions ??= [...this.opts.conditions].map(([type, info]) => this.conditionState(type, info, true))),
+      },
+      warnings: { enumerable: true, get: () => (warnings ??= this.warnings()) },
+    });
+  }
+
+  private warnings(): ActiveProblem[] {
+    const out: ActiveProblem[] = [];
+    for (const p of this.problems.values()) if (p.severity !== 'Fatal') out.push(publicProblem(p));
+    return out;
+  }
+
+  /** The condition gauges; the active-problem gauge follows track() and untrack(). */
   private refreshGauges(): void {
     for (const [type, info] of this.opts.conditions) {
-      this.m.conditionStatus.set({ condition: info.name }, this.statusOf(type) === 'True' ? 1 : 0);
+      const state = this.stateOf(type);
+      this.m.conditionStatus.set({ condition: info.name }, state === 'healthy' ? 1 : state === 'faulty' ? 0 : -1);
     }
-    this.m.active.reset();
-    for (const p of this.problems.values()) this.m.active.inc({ condition: p.condition, severity: p.severity });
   }
 
   private iso(): string {
@@ -371,9 +510,44 @@ export class Engine {
   }
 }
 
+const MAX_MESSAGE = 1024;
+
+function bounded(message: string): string {
+  return message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE - 3)}...` : message;
+}
+
+/** Order of a condition's Fatal problems: first seen, then arrival. */
+function olderThan(a: ProblemState, b: ProblemState): boolean {
+  return a.firstSeen < b.firstSeen || (a.firstSeen === b.firstSeen && a.order < b.order);
+}
+
+/**
+ * A copy of a problem without the engine's bookkeeping. Built field by field: copies made with
+ * spreads are several times slower, and every state save copies every problem.
+ */
 function publicProblem(p: ActiveProblem): ActiveProblem {
-  const { key, reason, severity, condition, entity, message, firstSeen, lastSeen, count, attrs } = p;
-  return { key, reason, severity, condition, entity, message, firstSeen, lastSeen, count, ...(attrs ? { attrs } : {}) };
+  const out: ActiveProblem = {
+    key: p.key,
+    reason: p.reason,
+    severity: p.severity,
+    condition: p.condition,
+    entity: p.entity,
+    message: p.message,
+    firstSeen: p.firstSeen,
+    lastSeen: p.lastSeen,
+    count: p.count,
+  };
+  if (p.attrs) out.attrs = p.attrs;
+  return out;
+}
+
+/** What a restart needs of a problem. */
+function savedProblem(p: ProblemState): EngineSnapshot['problems'][number] {
+  const out = publicProblem(p) as EngineSnapshot['problems'][number];
+  out.recovery = p.recovery;
+  out.action = p.action;
+  out.healthyStreak = p.healthyStreak;
+  return out;
 }
 
 function engineMetrics(registry: Registry | undefined) {
@@ -405,7 +579,7 @@ function engineMetrics(registry: Registry | undefined) {
     }),
     conditionStatus: new Gauge({
       name: 'vigil_condition_status',
-      help: '1 while the condition is True (healthy), 0 while False.',
+      help: '1 while the condition is healthy, 0 while a Fatal problem is active, -1 while Unknown (a source cannot see).',
       labelNames: ['condition'],
       registers,
     }),

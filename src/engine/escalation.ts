@@ -3,6 +3,7 @@
  * e.g. five NvidiaXID13Warning on one GPU in 10 minutes become NvidiaXID13Repeated (Fatal).
  */
 import type { Finding } from '../api/types.ts';
+import { ruleReason } from '../catalog/index.ts';
 import { SlidingCounter } from './sliding-counter.ts';
 
 export interface EscalationRule {
@@ -34,7 +35,7 @@ export class Escalator {
       if (c.count(f.at) < rule.count) continue;
       this.counters.delete(key); // start over, so one burst raises once
       out.push({
-        reason: f.reason.replace(re, rule.raise),
+        reason: ruleReason(f.reason.replace(re, rule.raise)), // named by configuration
         message: `${rule.count} x ${f.reason} within ${Math.round(rule.windowMs / 1000)}s on ${f.entity || 'node'}; last: ${f.message}`,
         source: 'engine',
         entity: f.entity,

@@ -2,7 +2,8 @@
  * The shape shared by the host checks: a check reads the host, turns samples into findings and
  * healthy entities through pure functions, and the publisher sends both to the FindingSink.
  */
-import type { Finding, FindingSink, SourceName } from '../api/types.ts';
+import type { BuiltinFinding, FindingSink, SourceName } from '../api/types.ts';
+import type { ReasonName } from '../catalog/index.ts';
 import type { CheckStatus } from '../scheduler/work-queue.ts';
 
 export interface CheckContext {
@@ -15,13 +16,13 @@ export interface CheckContext {
 
 /** (reasons, entity) a check looked at and found fine. */
 export interface HealthyItem {
-  reasons: readonly string[];
+  reasons: readonly ReasonName[];
   entity: string;
   source: SourceName;
 }
 
 export interface CheckReport {
-  findings: Finding[];
+  findings: BuiltinFinding[];
   healthy: HealthyItem[];
   /** 'skipped' when there was nothing to check (no such device, service absent). */
   status?: 'ok' | 'skipped';
@@ -79,10 +80,10 @@ export class Consecutive {
  * entity that disappeared (an interface removed, a process exited) still clears.
  */
 export class ReportPublisher {
-  private flagged = new Map<string, { reason: string; entity: string; source: SourceName }>();
+  private flagged = new Map<string, { reason: ReasonName; entity: string; source: SourceName }>();
 
   publish(out: FindingSink, report: CheckReport, at: number): CheckStatus {
-    const now = new Map<string, { reason: string; entity: string; source: SourceName }>();
+    const now = new Map<string, { reason: ReasonName; entity: string; source: SourceName }>();
     for (const f of report.findings) {
       out.finding(f);
       now.set(`${f.reason}\0${f.entity}`, { reason: f.reason, entity: f.entity, source: f.source });

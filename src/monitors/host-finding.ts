@@ -1,14 +1,15 @@
 /** A Finding with the fields every host check fills the same way. */
-import type { Finding, SourceName } from '../api/types.ts';
+import type { BuiltinFinding, SourceName } from '../api/types.ts';
+import type { ReasonName } from '../catalog/index.ts';
 
 export function finding(
-  reason: string,
+  reason: ReasonName,
   source: SourceName,
   entity: string,
   message: string,
   at: number,
   attrs?: Record<string, string | number | boolean>,
-): Finding {
+): BuiltinFinding {
   return attrs ? { reason, source, entity, message, at, attrs } : { reason, source, entity, message, at };
 }
 

@@ -9,11 +9,13 @@
  *   await host.start(sink); // adds its checks and starts the queue
  */
 import type { Registry } from 'prom-client';
-import type { FindingSink, Monitor } from '../api/types.ts';
+import type { ConditionType, FindingSink, Monitor } from '../api/types.ts';
+import type { UnknownReasonName } from '../catalog/index.ts';
+import { errorMessage } from '../util/errors.ts';
 import { WorkQueue, type CheckStatus, type RunRecord, type ScheduledCheck } from '../scheduler/work-queue.ts';
 import type { ExecFn } from '../sources/host/exec.ts';
 import { ReportPublisher, type HostCheck } from './host-check.ts';
-import type { HostMonitorsConfig } from './host-config.ts';
+import type { HostMonitorsConfig } from '../config/index.ts';
 import { kernelChecks, type KernelSyscalls } from './kernel/index.ts';
 import { networkingChecks } from './networking/index.ts';
 import type { LookupFn } from './networking/read.ts';
@@ -43,6 +45,14 @@ export interface HostMonitorsOptions {
   log?: HostLog;
   deps?: Partial<HostDeps>;
 }
+
+/** What each domain's checks watch, and the reason its condition carries while a check cannot run. */
+const DOMAINS: Record<string, { condition: ConditionType; reason: UnknownReasonName }> = {
+  kernel: { condition: 'KernelReady', reason: 'KernelChecksUnavailable' },
+  networking: { condition: 'NetworkingReady', reason: 'NetworkingChecksUnavailable' },
+  storage: { condition: 'StorageReady', reason: 'StorageChecksUnavailable' },
+  runtime: { condition: 'ContainerRuntimeReady', reason: 'ContainerRuntimeChecksUnavailable' },
+};
 
 /** Every enabled host check, in a fixed order. */
 export function buildHostChecks(cfg: HostMonitorsConfig, deps: Partial<HostDeps> = {}): HostCheck[] {
@@ -102,6 +112,21 @@ export class HostMonitors implements Monitor {
   toScheduled(check: HostCheck, out: FindingSink): ScheduledCheck {
     const publisher = new ReportPublisher();
     const root = this.cfg.hostRoot;
+    const domain = DOMAINS[check.name.split('.')[0] ?? ''];
+    // A check that cannot run (throws, or overruns its budget) leaves its condition blind: Unknown,
+    // until a run completes. Reported on change only.
+    let blind = false;
+    const sees = (up: boolean, why?: string) => {
+      if (!domain || up === !blind) return;
+      blind = !up;
+      out.source({
+        component: `host.${check.name}`,
+        conditions: [domain.condition],
+        up,
+        at: Date.now(),
+        ...(up ? {} : { reason: domain.reason, message: `check ${check.name} cannot run: ${why ?? 'unknown error'}` }),
+      });
+    };
     return {
       name: check.name,
       intervalMs: check.intervalMs,
@@ -111,15 +136,18 @@ export class HostMonitors implements Monitor {
         try {
           const report = await check.run({ root, signal, now });
           if (signal.aborted) return 'timeout'; // late: the queue has moved on, drop it
+          sees(true);
           return publisher.publish(out, report, now);
         } catch (err) {
           if (signal.aborted) throw err;
           this.log?.warn({ check: check.name, err }, 'host check failed');
+          sees(false, errorMessage(err));
           return 'error';
         }
       },
       onTimeout: (budgetMs) => {
         this.log?.warn({ check: check.name, budgetMs }, 'host check overran its budget');
+        sees(false, `overran its ${budgetMs} ms budget`);
         out.finding({
           reason: 'MonitorCheckTimeout',
           source: 'engine',

@@ -2,10 +2,44 @@
  * Persists what must survive an agent restart (engine state and the kmsg cursor) in one JSON file,
  * written atomically (temp file, fsync, rename) so a crash leaves the old or the new state, never
  * half of one. Both parts go in the same file so the cursor never runs ahead of the findings.
+ *
+ * One agent per directory: the store takes an exclusive flock(2) on `<dir>/vigil.lock` before it
+ * reads anything and holds it until close(); a second agent is refused with the holder's pid.
+ *
+ * A failed write (read-only or full disk, directory deleted, state.json made a directory) is
+ * counted, reported through `onHealth` and retried with exponential backoff until it succeeds;
+ * `onSaved` fires only after a write succeeded, so the caller never takes unsaved state for saved.
+ *
+ * Lost state on the same boot: `<dir>/boot-id` records the boot of the run that owns the
+ * directory, written at load() before any state. When state.json is then missing or unreadable
+ * and that file names the current boot, the previous run's findings and cursor are gone but its
+ * faults are still in the kernel ring, so load() returns a cursor at the start of this boot's
+ * ring ({bootId, seq: -1}, see KmsgReader) and the first read replays the whole ring instead of
+ * only the lookback: an untilReboot fault older than the lookback comes back. A sidecar rather
+ * than the state file itself, because the state file is what was lost; with no sidecar (first
+ * start in this directory) or one from another boot, today's lookback applies.
  */
-import { mkdirSync, readFileSync, writeFileSync, renameSync, openSync, fsyncSync, closeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
+import { Counter, type Registry } from 'prom-client';
 import type { EngineSnapshot } from '../engine/engine.ts';
+import { EINTR, EWOULDBLOCK, LOCK_EX, LOCK_NB, libc } from '../native/index.ts';
+import { errorCode, errorMessage } from '../util/errors.ts';
 
 export interface PersistedState {
   version: 1;
@@ -15,28 +49,109 @@ export interface PersistedState {
   kubernetes?: { writtenTypes: string[] };
 }
 
-export class StateStore {
-  readonly file: string;
-  private timer: NodeJS.Timeout | undefined;
-  private lastError: Error | undefined;
+export interface StateStoreOptions {
+  /** This run's boot id, kept in `<dir>/boot-id` to tell a lost state file on this boot from a reboot. */
+  bootId: string;
+  collect: () => PersistedState;
+  /** Coalescing delay of schedule() (default 100 ms). */
+  delayMs?: number;
+  /** Backoff of failed writes: the first retry after `firstMs`, doubling up to `maxMs` (default 1 s to 60 s). */
+  retry?: { firstMs: number; maxMs: number };
+  /** Where vigil_state_write_failures_total is registered. */
+  registry?: Registry;
+  /** 'ok' at load(), after the first good write and after a recovery; 'failed' after each failed write (cause and next try). */
+  onHealth?: (state: 'ok' | 'failed', message: string) => void;
+  /** Called after each successful write, synchronously inside flush(): what collect() returned is on disk. */
+  onSaved?: () => void;
+}
 
+export interface LoadResult {
+  state: PersistedState | undefined;
+  warning?: string;
+  /** The state file was lost or unreadable on the boot it was written in: reading restarts at the ring's start. */
+  lostThisBoot?: boolean;
+}
+
+/** Another process holds the state directory's lock. */
+export class StateDirLockedError extends Error {
   constructor(
-    dir: string,
-    private readonly collect: () => PersistedState,
-    private readonly delayMs = 100,
+    readonly dir: string,
+    readonly pid: number | undefined,
   ) {
-    mkdirSync(dir, { recursive: true });
+    super(
+      `state directory ${dir} is in use by another Vigil agent (${pid ? `pid ${pid}` : 'pid unknown'}, holding ` +
+        `${path.join(dir, LOCK_FILE)}); stop that agent or give this one its own --state-dir`,
+    );
+    this.name = 'StateDirLockedError';
+  }
+}
+
+const LOCK_FILE = 'vigil.lock';
+const BOOT_ID_FILE = 'boot-id';
+/** A cursor before the first record of the boot: the kmsg reader then delivers the whole ring. */
+const RING_START_SEQ = -1;
+
+export class StateStore {
+  readonly dir: string;
+  readonly file: string;
+  readonly lockFile: string;
+  private readonly bootIdFile: string;
+  private readonly opts: StateStoreOptions;
+  private readonly failures: Counter;
+  private timer: NodeJS.Timeout | undefined;
+  /** How long the last write took: the next waits at least 10 times that, so saving a large state stays a small share of the time. */
+  private lastWriteMs = 0;
+  private lockFd: number | undefined;
+  private lastError: unknown;
+  /** Failed writes in a row (0 after a success). */
+  private streak = 0;
+  private saved = false;
+  private bootIdPending = false;
+  /** A write failed with ENOENT: the directory is gone and must be made (and locked) again. */
+  private dirGone = false;
+
+  /** Creates the directory and takes its lock; throws StateDirLockedError when another agent holds it. */
+  constructor(dir: string, opts: StateStoreOptions) {
+    this.dir = dir;
+    this.opts = opts;
     this.file = path.join(dir, 'state.json');
+    this.lockFile = path.join(dir, LOCK_FILE);
+    this.bootIdFile = path.join(dir, BOOT_ID_FILE);
+    mkdirSync(dir, { recursive: true });
+    this.lockFd = this.lock();
+    this.failures = failureCounter(opts.registry);
   }
 
-  /** Reads the saved state; a missing file is a first start, a corrupt one is reported and set aside. */
-  load(): { state: PersistedState | undefined; warning?: string } {
+  /**
+   * Reads the saved state; a missing file is a first start, a corrupt one is reported and set
+   * aside. Records this boot in `<dir>/boot-id` (after reading the previous one).
+   */
+  load(): LoadResult {
+    const previousBoot = readText(this.bootIdFile)?.trim();
+    this.bootIdPending = true;
+    try {
+      this.writeBootId();
+    } catch {
+      /* flush() tries again, and a failure there is reported */
+    }
+    const result = this.read();
+    this.opts.onHealth?.('ok', `state is kept in ${this.file}`);
+    if (result.state || previousBoot !== this.opts.bootId) return result;
+    const why = result.warning ?? `${this.file} is missing`;
+    return {
+      state: { version: 1, kmsgCursor: { bootId: this.opts.bootId, seq: RING_START_SEQ } },
+      warning: `${why}; the state of this boot is lost, so the kernel log is read again from the start of the ring`,
+      lostThisBoot: true,
+    };
+  }
+
+  private read(): LoadResult {
     let text: string;
     try {
       text = readFileSync(this.file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: undefined };
-      return { state: undefined, warning: `cannot read ${this.file}: ${(err as Error).message}` };
+      if (errorCode(err) === 'ENOENT') return { state: undefined };
+      return { state: undefined, warning: `cannot read ${this.file}: ${errorMessage(err)}` };
     }
     try {
       const parsed = JSON.parse(text) as PersistedState;
@@ -49,43 +164,185 @@ export class StateStore {
       } catch {
         /* keep going without it */
       }
-      return { state: undefined, warning: `state file ${this.file} is unreadable (${(err as Error).message}); moved to ${aside}` };
+      return { state: undefined, warning: `state file ${this.file} is unreadable (${errorMessage(err)}); moved to ${aside}` };
     }
   }
 
-  /** Coalesces bursts of changes into one write shortly after. */
+  /** Coalesces bursts of changes into one write shortly after; while a failed write waits for its retry, the retry covers it. */
   schedule(): void {
-    if (this.timer) return;
+    if (this.timer || this.lockFd === undefined) return;
+    const delay = Math.max(this.opts.delayMs ?? 100, Math.min(10 * this.lastWriteMs, 10_000));
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.flush();
-    }, this.delayMs);
+    }, delay);
     this.timer.unref();
   }
 
-  flush(): void {
+  /** Writes the state now (also during a backoff: a clean stop tries once more). Returns whether it was saved. */
+  flush(): boolean {
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
-    const tmp = `${this.file}.tmp`;
+    if (this.lockFd === undefined) return false;
     try {
-      writeFileSync(tmp, JSON.stringify(this.collect()));
-      const fd = openSync(tmp, 'r');
-      try {
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      renameSync(tmp, this.file);
-      this.lastError = undefined;
+      if (this.dirGone) this.recreateDir();
+      if (this.bootIdPending) this.writeBootId();
+      const t0 = performance.now();
+      writeAtomic(this.file, JSON.stringify(this.opts.collect()));
+      this.lastWriteMs = performance.now() - t0;
     } catch (err) {
-      this.lastError = err as Error;
+      this.failed(err);
+      return false;
     }
+    const recovered = this.streak;
+    this.lastError = undefined;
+    this.streak = 0;
+    this.opts.onSaved?.();
+    if (!this.saved || recovered) {
+      this.opts.onHealth?.('ok', recovered ? `saved to ${this.file} again after ${recovered} failed writes` : `saved to ${this.file}`);
+    }
+    this.saved = true;
+    return true;
   }
 
-  /** The last write error, if the latest write failed (surfaced on /healthz and in metrics). */
-  get error(): Error | undefined {
+  /** Stops retrying and releases the lock (without writing: flush() first for a clean stop). */
+  close(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.lockFd === undefined) return;
+    try {
+      closeSync(this.lockFd);
+    } catch {
+      /* already closed */
+    }
+    this.lockFd = undefined;
+  }
+
+  /** The last write error, if the latest write failed. */
+  get error(): unknown {
     return this.lastError;
   }
+
+  private failed(err: unknown): void {
+    this.lastError = err;
+    if (errorCode(err) === 'ENOENT') this.dirGone = true;
+    this.streak++;
+    this.failures.inc();
+    const { firstMs, maxMs } = this.opts.retry ?? { firstMs: 1000, maxMs: 60_000 };
+    const delay = Math.min(maxMs, firstMs * 2 ** Math.min(this.streak - 1, 30));
+    this.opts.onHealth?.(
+      'failed',
+      `cannot save ${this.file}: ${errorMessage(err)} (${this.streak} failed in a row, next try in ${formatDelay(delay)})`,
+    );
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.flush();
+    }, delay);
+    this.timer.unref();
+  }
+
+  /**
+   * The directory was deleted under us: make it again, with a new boot-id file and a new lock.
+   * The old lock is on a deleted file, so another agent may have started here meanwhile; if it
+   * holds the new lock, this agent stops writing rather than fight it (the error says so).
+   */
+  private recreateDir(): void {
+    mkdirSync(this.dir, { recursive: true });
+    if (this.lockFd !== undefined && !sameFile(this.lockFd, this.lockFile)) {
+      const fd = this.lock();
+      closeSync(this.lockFd);
+      this.lockFd = fd;
+    }
+    this.bootIdPending = true;
+    this.dirGone = false;
+  }
+
+  private writeBootId(): void {
+    writeAtomic(this.bootIdFile, `${this.opts.bootId}\n`);
+    this.bootIdPending = false;
+  }
+
+  /** Opens the lock file and takes flock(LOCK_EX|LOCK_NB) on it; writes this pid into it for the next one refused. */
+  private lock(): number {
+    const fd = openSync(this.lockFile, constants.O_RDWR | constants.O_CREAT, 0o644);
+    try {
+      const c = libc();
+      let rc: number;
+      do rc = c.flock(fd, LOCK_EX | LOCK_NB);
+      while (rc < 0 && c.errno() === EINTR);
+      if (rc < 0) {
+        const errno = c.errno();
+        if (errno === EWOULDBLOCK) {
+          const pid = Number(readText(this.lockFile)?.trim());
+          throw new StateDirLockedError(this.dir, Number.isInteger(pid) && pid > 0 ? pid : undefined);
+        }
+        throw new Error(`cannot lock ${this.lockFile}: flock failed with errno ${errno}`);
+      }
+      ftruncateSync(fd, 0);
+      writeSync(fd, `${process.pid}\n`, 0);
+      return fd;
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
+  }
+}
+
+/** Temp file with a name of its own (pid + random), fsync, rename over the target. */
+function writeAtomic(file: string, text: string): void {
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  try {
+    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o644);
+    try {
+      writeFileSync(fd, text);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, file);
+  } catch (err) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      /* never created, or already renamed */
+    }
+    throw err;
+  }
+}
+
+/** Whether the open fd is still the file at `file` (not a deleted one replaced since). */
+function sameFile(fd: number, file: string): boolean {
+  try {
+    const a = fstatSync(fd);
+    const b = statSync(file);
+    return a.dev === b.dev && a.ino === b.ino;
+  } catch {
+    return false;
+  }
+}
+
+function readText(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+function formatDelay(ms: number): string {
+  return ms < 1000 ? `${ms} ms` : `${Number((ms / 1000).toFixed(1))} s`;
+}
+
+/** One counter per registry, shared if a second store registers on it. */
+function failureCounter(registry: Registry | undefined): Counter {
+  const name = 'vigil_state_write_failures_total';
+  const existing = registry?.getSingleMetric(name);
+  if (existing) return existing as Counter;
+  return new Counter({
+    name,
+    help: 'Failed writes of the state file; each is retried with backoff until one succeeds.',
+    registers: registry ? [registry] : [],
+  });
 }

@@ -1,11 +1,19 @@
-/** Parses Go-style short durations used across config and catalog: 250ms, 30s, 5m, 1h, 2d, 0. */
+/**
+ * The one duration parser, for the config, the catalog, user rules and NPD files: Go-style strings
+ * such as 250ms, 30s, 5m, 1h, 2d, 1h30m, 1.5h and 0.
+ */
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const DURATION = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$/;
+const PART = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/g;
 
+/** Milliseconds, or undefined when `text` is not a duration. */
 export function parseDuration(text: string): number | undefined {
-  if (text === '0') return 0;
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!m) return undefined;
-  return Math.round(Number(m[1]) * UNIT_MS[m[2]]);
+  const s = text.trim();
+  if (s === '0') return 0;
+  if (!DURATION.test(s)) return undefined;
+  let ms = 0;
+  for (const [, n, unit] of s.matchAll(PART)) ms += Number(n) * UNIT_MS[unit];
+  return Math.round(ms);
 }
 
 export function formatDuration(ms: number): string {

@@ -32,6 +32,20 @@ free_port() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# pid_listens PID PORT: true when PID itself holds a socket listening on 127.0.0.1:PORT. A plain
+# connect is not enough: free_port can hand the same port to two clusters started at once, and the
+# other cluster's kine answering there would make this one share its storage.
+pid_listens() {
+  local pid="$1" local_addr inode fd
+  local_addr="$(printf '0100007F:%04X' "$2")"
+  inode="$(awk -v a="$local_addr" '$2 == a && $4 == "0A" { print $10; exit }' /proc/net/tcp 2>/dev/null)"
+  [[ -n "$inode" ]] || return 1
+  for fd in /proc/"$pid"/fd/*; do
+    [[ "$(readlink "$fd" 2>/dev/null)" == "socket:[$inode]" ]] && return 0
+  done
+  return 1
+}
+
 # pid_alive FILE BINARY_NAME: true when the pid in FILE runs BINARY_NAME (guards against pid reuse).
 pid_alive() {
   local f="$1" name="$2" pid
@@ -39,7 +53,8 @@ pid_alive() {
   pid="$(cat "$f")"
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name"
+  local cmd; cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmd" == *"$name"* ]]
 }
 
 # stop_pid FILE BINARY_NAME [TIMEOUT_S]: SIGTERM, wait, then SIGKILL. Removes FILE.
@@ -69,7 +84,25 @@ launch() {
     printf '%q ' "$@"; printf '\n'
   } >> "$dir/$name.log"
   (cd "$dir" && exec "$@" >> "$dir/$name.log" 2>&1 < /dev/null) &
-  echo $! > "$dir/$name.pid"
+  local pid=$!
+  echo "$pid" > "$dir/$name.pid"
+  wait_exec "$pid" "$1"
+}
+
+# wait_exec PID BINARY: $! is a subshell (a copy of this script) until it has exec'd BINARY, so a
+# check by name (pid_alive) made in that window sees the wrong process. Wait until PID runs BINARY
+# or has exited (a failed exec; the caller's own checks report it), at most 10 s. The command line
+# reads empty for a moment during exec, so only the process state says it has exited.
+wait_exec() {
+  local pid="$1" bin="$2" argv0 stat i
+  for (( i = 0; i < 200; i++ )); do
+    argv0=""; { IFS= read -r -d '' argv0 < "/proc/$pid/cmdline"; } 2>/dev/null || true
+    [[ "$argv0" == "$bin" ]] && return 0
+    stat=""; { read -r stat < "/proc/$pid/stat"; } 2>/dev/null || true
+    [[ -z "$stat" || "${stat##*) }" == Z* ]] && return 0
+    sleep 0.05
+  done
+  log "pid $pid did not exec $bin within 10s"
 }
 
 tail_log() { [[ -f "$1" ]] && { echo "----- last lines of $1 -----" >&2; tail -n "${2:-30}" "$1" >&2; }; return 0; }
@@ -87,13 +120,15 @@ start_kine() {
       --listen-address="127.0.0.1:$port" \
       --endpoint="sqlite://$dir/kine/state.db?_journal=WAL&cache=shared&_busy_timeout=30000&_txlock=immediate" \
       --metrics-bind-address=0
-    local i
+    # Decide once whether kine died or timed out: re-checking after the loop could see a
+    # different answer than the loop did and report the wrong failure.
+    local i exited=0
     for (( i = 0; i < 300; i++ )); do
-      if ! pid_alive "$dir/kine.pid" kine; then break; fi
-      if port_open "$port"; then echo "$port" > "$dir/kine.port"; log "kine listening on 127.0.0.1:$port (pid $(cat "$dir/kine.pid"))"; return 0; fi
+      if ! pid_alive "$dir/kine.pid" kine; then exited=1; break; fi
+      if pid_listens "$(cat "$dir/kine.pid")" "$port"; then echo "$port" > "$dir/kine.port"; log "kine listening on 127.0.0.1:$port (pid $(cat "$dir/kine.pid"))"; return 0; fi
       sleep 0.1
     done
-    if pid_alive "$dir/kine.pid" kine; then
+    if [[ "$exited" == 0 ]]; then
       stop_pid "$dir/kine.pid" kine
       tail_log "$dir/kine.log"; die "kine did not open 127.0.0.1:$port within 30s"
     fi

@@ -6,3 +6,8 @@ KINE_VERSION="${VIGIL_KINE_VERSION:-v0.17.5}"
 VIGIL_CACHE_DIR="${VIGIL_CACHE_DIR:-$VIGIL_REPO_ROOT/.cache}"
 KUBE_APISERVER_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kube-apiserver"
 KINE_BIN="$VIGIL_CACHE_DIR/k8s-bin/kine-${KINE_VERSION}/kine"
+# Operator tools for test/deploy: helm v4 (own module, no replace directives, so `go install` works)
+# and kubectl from k8s.io/kubernetes at the API server's version.
+HELM_VERSION="${VIGIL_HELM_VERSION:-v4.3.2}"
+HELM_BIN="$VIGIL_CACHE_DIR/k8s-bin/helm-${HELM_VERSION}/helm"
+KUBECTL_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kubectl"

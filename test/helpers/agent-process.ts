@@ -15,15 +15,22 @@ export interface AgentProcess {
   /** Every JSON log line so far. */
   lines: Record<string, unknown>[];
   get(pathname: string): Promise<unknown>;
+  /** GET with the HTTP status, for /healthz. */
+  fetch(pathname: string): Promise<{ status: number; body: unknown }>;
   waitFor(pred: (line: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
   stop(): Promise<number | null>;
 }
 
-export async function startAgent(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AgentProcess> {
+export async function startAgent(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  opts: { uid?: number; gid?: number } = {},
+): Promise<AgentProcess> {
   const child = spawn(process.execPath, [path.join(root, 'bin/vigil.js'), 'run', '--listen', '127.0.0.1:0', ...args], {
     cwd: root,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...opts,
   });
   const lines: Record<string, unknown>[] = [];
   const waiters: { pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
@@ -88,6 +95,11 @@ export async function startAgent(args: string[], env: NodeJS.ProcessEnv = {}): P
       const text = await res.text();
       return res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text;
     },
+    async fetch(pathname: string) {
+      const res = await fetch(`http://127.0.0.1:${port}${pathname}`);
+      const text = await res.text();
+      return { status: res.status, body: res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text };
+    },
     async stop() {
       if (child.exitCode !== null) return child.exitCode;
       child.kill('SIGTERM');
@@ -114,4 +126,25 @@ export function uniquePci(): string {
   const bus = (0x40 + Math.floor(Math.random() * 0xb0)).toString(16);
   const dom = (0x1000 + Math.floor(Math.random() * 0xe000)).toString(16);
   return `${dom}:${bus}:00`;
+}
+
+/**
+ * YAML for an agent that watches only the kernel log (host checks and NVML off) and skips the
+ * records already in the ring (lookback 0: those are other tests' faults). `extra` adds top-level
+ * sections (`kubernetes:`, `xid:`), one YAML line per item.
+ */
+export function kernelLogOnlyConfig(extra: string[] = []): string {
+  return [
+    'kernelLog:',
+    '  lookback: "0"',
+    'monitors:',
+    '  kernel: {enabled: false}',
+    '  networking: {enabled: false}',
+    '  storage: {enabled: false}',
+    '  runtime: {enabled: false}',
+    'gpu:',
+    '  enabled: false',
+    ...extra,
+    '',
+  ].join('\n');
 }

@@ -234,6 +234,7 @@ export async function startCluster(): Promise<TestCluster> {
     async stop() {
       if (!live.has(dir)) return;
       live.delete(dir);
+      for (const stopVigil of liveVigils) await stopVigil();
       await run('bash', [path.join(CLUSTER_SCRIPTS, 'down.sh'), '--purge', dir]).catch(() => undefined);
     },
   };
@@ -315,6 +316,9 @@ export interface VigilUnderTest {
   stop(): Promise<void>;
 }
 
+/** Vigils whose test failed before stopping them: cluster.stop() (each file's after hook) stops them. */
+const liveVigils = new Set<() => Promise<void>>();
+
 export function startVigil(o: VigilOptions): VigilUnderTest {
   const registry = new Registry();
   const { log, lines } = captureLog();
@@ -350,6 +354,9 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
   });
   engine.on((e, h) => sink.handle(e, h));
   const started = sink.start(engine);
+  let stopped: Promise<void> | undefined;
+  const stop = (): Promise<void> => (stopped ??= (liveVigils.delete(stop), sink.close()));
+  liveVigils.add(stop);
   return {
     engine,
     sink,
@@ -360,9 +367,7 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
       const m = (await registry.getMetricsAsJSON()).find((x) => x.name === name);
       return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;
     },
-    async stop() {
-      await sink.close();
-    },
+    stop,
   };
 }
 

@@ -51,7 +51,7 @@ test('scan --json prints one object per finding with the line where it completed
     [
       [2, 'NvidiaXID48Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:3b:00'],
       [5, 'NvidiaXID79Error', 'Fatal', 'AcceleratedHardwareReady', 'gpu:0000:5e:00'],
-      [7, 'SoftLockup', 'Warning', 'KernelReady', ''],
+      [7, 'SoftLockup', 'Warning', 'KernelReady', 'cpu:6'],
     ],
   );
   for (const x of rows) assert.deepEqual(Object.keys(x).sort(), ['condition', 'entity', 'line', 'message', 'reason', 'severity']);
@@ -112,4 +112,42 @@ test('catalog --json lists every reason with its public fields', () => {
   const xid = reasons.find((x) => x.name === 'NvidiaXID{code}Error');
   assert.equal(xid?.severity, 'Fatal');
   assert.equal(xid?.condition, 'AcceleratedHardwareReady');
+});
+
+test('run --listen with an unusable address exits 2 naming --listen', () => {
+  for (const value of ['garbage', '127.0.0.1:70000']) {
+    const r = vigil(['run', '--standalone', '--listen', value]);
+    assert.equal(r.code, 2, value);
+    assert.match(r.err, /--listen/, value);
+    assert.match(r.err, /HOST:PORT/, value);
+  }
+});
+
+test('run --kubeconfig with a file that is not a kubeconfig exits 2 naming the file', () => {
+  const r = vigil(['run', '--kubeconfig', '/etc/passwd', '--state-dir', path.join(tmp, 'state-kc')]);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /--kubeconfig \/etc\/passwd: not a kubeconfig/);
+});
+
+test('check-config and run refuse every value that would break run, naming each field', () => {
+  const regular = file('not-a-device.log', 'hello\n');
+  const cfg = file(
+    'breaks-run.yaml',
+    `listen: 127.0.0.1:70000\nstateDir: ""\nengine:\n  tick: 0s\nkernelLog:\n  path: ${regular}\ngpu:\n  pollInterval: 0\n`,
+  );
+  for (const args of [
+    ['check-config', cfg],
+    ['run', '--standalone', '--config', cfg],
+  ]) {
+    const r = vigil(args);
+    assert.equal(r.code, 2, args[0]);
+    for (const field of ['listen', 'stateDir', 'engine\\.tick', 'kernelLog\\.path', 'gpu\\.pollInterval']) {
+      assert.match(r.err, new RegExp(`^\\s+${field}: `, 'm'), `${args[0]}: ${field}`);
+    }
+    assert.match(r.err, /is a regular file/);
+  }
+  const rules = file('slow-rules.yaml', 'rules:\n  - {name: slow, pattern: "(a|a)*$", reason: SoftLockup}\n');
+  const r = vigil(['check-config', file('slow.yaml', `kernelLog:\n  userRules: [${rules}]\n`)]);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /slow-rules\.yaml: rule 0 \(slow\): field "pattern": catastrophic backtracking/);
 });

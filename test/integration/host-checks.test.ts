@@ -2,9 +2,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildHostChecks, HostMonitors } from '../../src/monitors/host-monitors.ts';
-import { hostMonitorsConfigSchema } from '../../src/monitors/host-config.ts';
+import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
 import type { CheckReport } from '../../src/monitors/host-check.ts';
 import type { Finding, HealthySignal } from '../../src/api/types.ts';
+import { errorMessage } from '../../src/util/errors.ts';
 
 // localhost makes the DNS check run for real without depending on cluster DNS.
 const cfg = hostMonitorsConfigSchema.parse({ hostRoot: '/', networking: { dns: { host: 'localhost' } } });
@@ -30,14 +31,17 @@ test('every check runs twice against / without throwing and returns a report', a
   assert.notEqual(last('kernel.clock').status, 'skipped', 'adjtimex through koffi works');
 });
 
-test('HostMonitors runs a full cycle on this machine through the queue', async () => {
+test('HostMonitors runs a full cycle on this machine through the queue', async (t) => {
   const findings: Finding[] = [];
   const healthy: HealthySignal[] = [];
   const hm = new HostMonitors(cfg);
-  hm.start({ finding: (f) => findings.push(f), healthy: (h) => healthy.push(h) });
+  hm.start({ finding: (f) => findings.push(f), healthy: (h) => healthy.push(h), source: () => {} });
+  t.after(() => hm.stop());
   const records = await hm.runOnce();
-  await hm.stop();
   assert.equal(records.length, 15);
-  for (const r of records) assert.ok(['ok', 'fault', 'skipped'].includes(r.status), `${r.name}: ${r.status} ${String(r.error ?? '')}`);
+  for (const r of records) {
+    const why = r.error === undefined ? '' : errorMessage(r.error);
+    assert.ok(['ok', 'fault', 'skipped'].includes(r.status), `${r.name}: ${r.status} ${why}`);
+  }
   assert.ok(healthy.length > 0);
 });

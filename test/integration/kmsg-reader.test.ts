@@ -15,6 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
 import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
+import { errorMessage } from '../../src/util/errors.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -23,7 +24,7 @@ function usable(): string | false {
     accessSync('/dev/kmsg', constants.R_OK | constants.W_OK);
     return false;
   } catch (err) {
-    return `/dev/kmsg is not readable and writable here (${(err as Error).message})`;
+    return `/dev/kmsg is not readable and writable here (${errorMessage(err)})`;
   }
 }
 
@@ -49,7 +50,7 @@ function collector() {
       for (const r of recs) if (r.message.includes(TAG)) mine.push(r);
       for (const w of waiters) if (mine.length >= w.n) w.resolve();
     },
-    until(n: number, ms = 3000): Promise<void> {
+    until(n: number, ms = 15_000): Promise<void> {
       if (mine.length >= n) return Promise.resolve();
       return new Promise((resolve, reject) => {
         const t = setTimeout(() => reject(new Error(`only ${mine.length} of ${n} records after ${ms} ms`)), ms);
@@ -109,10 +110,11 @@ test('records written to /dev/kmsg come back through the poll worker', { skip },
   }
 });
 
-test('a restart from the saved cursor delivers only what came after it', { skip }, async () => {
+test('a restart from the saved cursor delivers only what came after it', { skip }, async (t) => {
   const a = collector();
   const first = new KmsgReader({ lookbackMs: 0, onRecords: (x) => a.onRecords(x) });
   first.start();
+  t.after(() => first.stop()); // a second stop() is a no-op
   writeKmsg(`${TAG} before restart`);
   await a.until(1);
   await first.stop();

@@ -17,7 +17,13 @@ after(async () => {
   await cluster?.stop();
 });
 
-const finding = (reason: string, entity: string, message: string): Finding => ({ reason, message, source: 'kmsg', entity, at: Date.now() });
+const finding = (reason: Finding['reason'], entity: string, message: string): Finding => ({
+  reason,
+  message,
+  source: 'kmsg',
+  entity,
+  at: Date.now(),
+});
 
 test('a Fatal finding sets its condition False; a Warning becomes one events.k8s.io/v1 Event on the Node', async () => {
   const node = 'ev-basic';

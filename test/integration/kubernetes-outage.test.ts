@@ -19,7 +19,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({
+const finding = (reason: Finding['reason'], entity: string, message = `${reason} seen`): Finding => ({
   reason,
   message,
   source: 'kmsg',

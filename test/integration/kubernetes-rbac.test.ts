@@ -27,15 +27,18 @@ import {
 
 let cluster: TestCluster;
 const dirs: string[] = [];
+/** Agents not stopped by their test (it failed first): their HTTP servers would hold the file open. */
+const running = new Set<() => Promise<void>>();
 before(async () => {
   cluster = await startCluster();
 });
 after(async () => {
+  for (const stop of running) await stop();
   await cluster?.stop();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-const finding = (reason: string, entity: string, message = `${reason} seen`): Finding => ({
+const finding = (reason: Finding['reason'], entity: string, message = `${reason} seen`): Finding => ({
   reason,
   message,
   source: 'kmsg',
@@ -82,12 +85,14 @@ kubernetes: {mode: on, heartbeat: 0s, coalesce: 100ms}
     },
   });
   await agent.start();
+  const stop = () => (running.delete(stop), agent.stop());
+  running.add(stop);
   void kube!.start(agent.engine);
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const m = (await agent.registry.getMetricsAsJSON()).find((x) => x.name === name);
     return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;
   };
-  return { agent, out: () => out!, kube: kube!, metric };
+  return { agent, stop, out: () => out!, kube: kube!, metric };
 }
 
 test('with only the shipped ClusterRole the agent writes conditions, Events and Event series', async () => {
@@ -112,7 +117,7 @@ test('with only the shipped ClusterRole the agent writes conditions, Events and 
     0,
     `no API errors: ${JSON.stringify(lines.filter((l) => l.status))}`,
   );
-  await a.agent.stop();
+  await a.stop();
 
   // ...and nothing more: the same identity can read Nodes but not change or delete them, nor touch core/v1 Events.
   const { core } = makeClients(cluster.vigilKubeconfig);
@@ -162,5 +167,5 @@ test('without `patch nodes/status` detection continues and the 403 is logged onc
   assert.equal(denied.length, 1, `exactly one 403 line: ${JSON.stringify(denied)}`);
   assert.match(String(denied[0].msg), /patch nodes\/status/);
   assert.match(String(denied[0].msg), /deploy\/rbac\.yaml/);
-  await a.agent.stop();
+  await a.stop();
 });

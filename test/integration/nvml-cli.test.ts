@@ -66,7 +66,8 @@ test('exit 2 when NVML is unusable, 3 when there is no NVIDIA GPU', async () => 
   const missing = await run(env, true, join(env.dir, 'nope.so'));
   assert.equal(missing.code, 2);
   const r = JSON.parse(missing.out) as GpuCommandReport;
-  assert.equal(r.findings[0].reason, 'NvidiaDriverNotLoaded');
+  assert.equal(r.nvmlUsable, false);
+  assert.deepEqual(r.findings, [], 'a library that cannot be loaded is blindness, not a GPU fault');
   const none = await run(env, false, env.libraryPath, join(env.dir, 'no-sys'));
   assert.equal(none.code, 3);
   assert.match(none.out, /No NVIDIA display or 3D controller found/);

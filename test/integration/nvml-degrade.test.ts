@@ -66,18 +66,20 @@ test('without the event symbols, polls still run and events are not retried', as
   }
 });
 
-test('GPUs present but no NVML library: NvidiaDriverNotLoaded, clearly worded', async () => {
+test('GPUs present but no NVML library: the source reports itself blind (Unknown), not a GPU fault', async () => {
   const env = setup(2);
   const { monitor } = fakeMonitor(env, { libraryPath: join(env.dir, 'missing', 'libnvidia-ml.so.1') });
   const sink = new RecordingSink();
   try {
     await monitor.start(sink);
-    assert.deepEqual(sink.reasons(), ['NvidiaDriverNotLoaded']);
-    const f = sink.findings[0];
-    assert.equal(f.entity, '');
-    assert.match(f.message, /^2 NVIDIA GPUs are on the PCI bus but NVML is unusable: cannot load .*missing\/libnvidia-ml\.so\.1/);
-    assert.match(f.message, /lsmod \| grep nvidia/);
-    assert.equal(sink.healthyFor('NvidiaDriverNotLoaded').length, 0);
+    assert.deepEqual(sink.reasons(), [], 'no Fatal finding: a missing library must not get a node replaced');
+    assert.equal(sink.sources.length, 1);
+    const s = sink.sources[0];
+    assert.equal(s.up, false);
+    assert.equal(s.reason, 'NvidiaMonitoringUnavailable');
+    assert.deepEqual(s.conditions, ['AcceleratedHardwareReady']);
+    assert.match(s.message ?? '', /^2 NVIDIA GPUs are on the PCI bus but NVML cannot be loaded: cannot load .*missing\/libnvidia-ml\.so\.1/);
+    assert.equal(monitor.snapshot().nvmlUsable, false);
     assert.equal(monitor.snapshot().events.status, 'off');
   } finally {
     await monitor.stop();

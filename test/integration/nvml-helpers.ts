@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
-import type { Finding, FindingSink, HealthySignal } from '../../src/api/types.ts';
+import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/types.ts';
 import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
 import type { GpuConfigInput } from '../../src/monitors/gpu/config.ts';
 import {
@@ -93,12 +93,21 @@ export class RecordingSink implements FindingSink {
     this.wake();
   }
 
+  sources: SourceReport[] = [];
+
+  source(r: SourceReport): void {
+    this.sources.push(r);
+    this.wake();
+  }
+
   reasons(): string[] {
     return this.findings.map((f) => f.reason);
   }
 
   healthyFor(reason: string, entity?: string): HealthySignal[] {
-    return this.healthySignals.filter((h) => h.reasons.includes(reason) && (entity === undefined || h.entity === entity));
+    return this.healthySignals.filter(
+      (h) => (h.reasons as readonly string[]).includes(reason) && (entity === undefined || h.entity === entity),
+    );
   }
 
   clear(): void {

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CheckContext, CheckReport, HostCheck } from '../../src/monitors/host-check.ts';
 import type { ExecFn } from '../../src/sources/host/exec.ts';
-import type { Finding, FindingSink, HealthySignal } from '../../src/api/types.ts';
+import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/types.ts';
 
 export const FIXTURES = fileURLToPath(new URL('../fixtures/host/', import.meta.url));
 export const fx = (scenario: string) => path.join(FIXTURES, scenario);
@@ -46,5 +46,9 @@ export class RecordingSink implements FindingSink {
   }
   healthy(h: HealthySignal): void {
     this.healthySignals.push(h);
+  }
+  sources: SourceReport[] = [];
+  source(r: SourceReport): void {
+    this.sources.push(r);
   }
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { HostMonitors } from '../../src/monitors/host-monitors.ts';
-import { hostMonitorsConfigSchema } from '../../src/monitors/host-config.ts';
+import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
 import { ReportPublisher } from '../../src/monitors/host-check.ts';
 import { WorkQueue } from '../../src/scheduler/work-queue.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
@@ -23,12 +23,12 @@ test('config: every field has a default; durations, regexes and budgets are vali
   });
   assert.deepEqual(custom.storage.checks.diskstats, { enabled: true, intervalMs: 30_000, budgetMs: 2_000 });
   assert.equal(custom.storage.ioLatency, 250);
-  assert.throws(() => hostMonitorsConfigSchema.parse({ networking: { excludedInterfaces: ['(('] } }), /bad regular expression/);
+  assert.throws(() => hostMonitorsConfigSchema.parse({ networking: { excludedInterfaces: ['(('] } }), /invalid regular expression/);
   assert.throws(
     () => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: '1s', budget: '5s' } } } }),
     /budget <= interval/,
   );
-  assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: 'soon' } } } }), /not a duration/);
+  assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { checks: { clock: { interval: 'soon' } } } }), /expected a duration/);
   assert.throws(() => hostMonitorsConfigSchema.parse({ kernel: { pidMax: 1 } }), /pidMax/);
 });
 
@@ -72,7 +72,7 @@ test('a faulty host: findings reach the sink and every reason is in the catalog'
     records.every((r) => r.status !== 'error' && r.status !== 'timeout'),
     JSON.stringify(records.map((r) => [r.name, r.status])),
   );
-  const reasons = new Set(sink.findings.map((f) => f.reason));
+  const reasons = new Set<string>(sink.findings.map((f) => f.reason));
   for (const r of reasons) assert.ok(lookupReason(r), `${r} is not in the catalog`);
   for (const expected of [
     'ApproachingKernelPidMax',
@@ -132,7 +132,7 @@ test('a shared queue keeps other pollers; stop() removes only the host checks', 
 test('publisher: an entity that was reported and then vanished is cleared', () => {
   const sink = new RecordingSink();
   const p = new ReportPublisher();
-  const f = { reason: 'InterfaceNotUp', source: 'sysfs' as const, entity: 'netif:eth9', message: 'x', at: 1 };
+  const f = { reason: 'InterfaceNotUp' as const, source: 'sysfs' as const, entity: 'netif:eth9', message: 'x', at: 1 };
   assert.equal(p.publish(sink, { findings: [f], healthy: [] }, 1), 'fault');
   assert.equal(p.publish(sink, { findings: [], healthy: [] }, 2), 'ok');
   assert.deepEqual(sink.healthySignals, [{ reasons: ['InterfaceNotUp'], entity: 'netif:eth9', source: 'sysfs', at: 2 }]);

@@ -30,7 +30,7 @@ function device(records: string[]): KmsgIo {
 function sink() {
   const findings: Finding[] = [];
   const healthy: HealthySignal[] = [];
-  const out: FindingSink = { finding: (f) => findings.push(f), healthy: (h) => healthy.push(h) };
+  const out: FindingSink = { finding: (f) => findings.push(f), healthy: (h) => healthy.push(h), source: () => {} };
   return { out, findings, healthy };
 }
 

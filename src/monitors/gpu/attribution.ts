@@ -26,6 +26,7 @@ export function attributeGpu(out: FindingSink, gpus: GpuLookup): FindingSink {
       });
     },
     healthy: (h) => out.healthy(h),
+    source: (r) => out.source(r),
   };
 }
 

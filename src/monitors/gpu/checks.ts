@@ -7,10 +7,11 @@
  * send a healthy signal (for whenHealthy reasons); `skip` says nothing either way (not supported,
  * no baseline yet, not sustained long enough).
  */
-import type { Entity, Finding } from '../../api/types.ts';
-import { fillTemplate } from '../../catalog/index.ts';
+import type { BuiltinFinding, Entity } from '../../api/types.ts';
+import type { ReasonName } from '../../catalog/index.ts';
 import { nvmlReturnName, NVML_RETURN } from '../../sources/nvml/errors.ts';
 import { CLOCK_REASON_BITS, EVENT_BITS, type GpuSample, type NvmlEvent } from '../../sources/nvml/protocol.ts';
+import { RECOVERY_ACTION_NAMES, RECOVERY_ACTION_XID, decideXid } from '../xid/policy.ts';
 import type { GpuConfig } from './config.ts';
 import { entityOf, gpuAttrs, gpuLabel, type GpuInfo } from './inventory.ts';
 
@@ -22,10 +23,11 @@ export interface CheckResult {
   /** NVML index of the GPU, or null for node-level checks. */
   gpu: number | null;
   entity: Entity;
-  reason: string;
+  /** The catalog reason the check speaks for; '' when it speaks for none (a skipped poll). */
+  reason: ReasonName | '';
   status: CheckStatus;
   message: string;
-  finding?: Finding;
+  finding?: BuiltinFinding;
 }
 
 /** What one GPU's checks remember between polls (keyed by UUID in the monitor). */
@@ -51,7 +53,7 @@ interface Ctx {
 function gpuResult(
   ctx: { gpu: GpuInfo; now: number },
   check: string,
-  reason: string,
+  reason: ReasonName,
   status: CheckStatus,
   message: string,
   attrs?: Record<string, string | number | boolean>,
@@ -413,14 +415,7 @@ export function checkNvLinkErrors(
 
 // ------------------------------------------------------------------ driver-reported state
 
-export const RECOVERY_ACTION_NAMES: Record<number, string> = {
-  0: 'none',
-  1: 'GPU reset',
-  2: 'node reboot',
-  3: 'drain P2P',
-  4: 'drain and reset',
-  5: 'recover IMEX domain',
-};
+export { RECOVERY_ACTION_NAMES };
 
 export function checkRecoveryAction(ctx: Ctx, s: GpuSample): CheckResult {
   const a = s.recoveryAction;
@@ -498,7 +493,7 @@ export function evaluateGpu(
 // ------------------------------------------------------------------ node level and failures
 
 export function checkDeviceCount(nvmlCount: number, expected: number, from: string, now: number): CheckResult {
-  const base = { check: 'deviceCount', gpu: null, entity: '', reason: 'NvidiaDeviceCountMismatch' };
+  const base = { check: 'deviceCount', gpu: null, entity: '', reason: 'NvidiaDeviceCountMismatch' } as const;
   if (nvmlCount >= expected)
     return { ...base, status: 'ok', message: `NVML sees ${nvmlCount} GPU${nvmlCount === 1 ? '' : 's'}, ${expected} expected (${from})` };
   const message = `NVML sees ${nvmlCount} GPU${nvmlCount === 1 ? '' : 's'} but ${expected} are expected (${from}); a GPU failed to initialise or fell off the bus`;
@@ -590,12 +585,12 @@ export function gpuGone(gpu: GpuInfo, fn: string, rc: number, now: number): Chec
 // ------------------------------------------------------------------ events
 
 /** Findings for one NVML event; [] for event types that are only counted. */
-export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now = ev.at): Finding[] {
+export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now = ev.at): BuiltinFinding[] {
   const entity = entityOf(gpu);
   const label = gpuLabel(gpu);
   const mig: Record<string, number> =
     ev.gpuInstanceId !== 0xffffffff ? { gpuInstance: ev.gpuInstanceId, computeInstance: ev.computeInstanceId } : {};
-  const f = (reason: string, message: string, attrs: Record<string, string | number | boolean> = {}): Finding => ({
+  const f = (reason: ReasonName, message: string, attrs: Record<string, string | number | boolean> = {}): BuiltinFinding => ({
     reason,
     message: `${label}: ${message}`,
     source: 'nvml',
@@ -603,16 +598,22 @@ export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now =
     at: now,
     attrs: { ...gpuAttrs(gpu), ...mig, ...attrs },
   });
-  const out: Finding[] = [];
+  const out: BuiltinFinding[] = [];
   if (ev.eventType & EVENT_BITS.XidCriticalError) {
     const xid = ev.eventData;
-    const fatal = cfg.fatalXids.includes(xid);
-    const reason = fillTemplate(fatal ? 'NvidiaXID{code}Error' : 'NvidiaXID{code}Warning', { code: xid });
-    out.push(
-      f(reason, `Xid ${xid}${xid === 999 ? ' (unknown Xid)' : ''} reported through NVML events${fatal ? ' (in the fatal Xid list)' : ''}`, {
-        xid,
-      }),
+    // The Xid policy decides, as for the kernel-log line. NVML carries no NVLink5 severity token;
+    // for Xid 154 the event worker reads the recovery action (field 230) the line would state.
+    const d = decideXid(
+      {
+        code: xid,
+        pci: gpu.pci,
+        index: gpu.index,
+        ...(xid === RECOVERY_ACTION_XID && ev.recoveryAction !== null ? { recoveryAction: ev.recoveryAction } : {}),
+      },
+      { fatalXids: cfg.fatalXids, recoveryActionsFatal: cfg.thresholds.recoveryActionsFatal },
     );
+    const r = f(d.reason, `Xid ${xid}${xid === 999 ? ' (unknown Xid)' : ''} reported through NVML events (${d.why})`, d.attrs);
+    out.push({ ...r, entity: d.entity });
   }
   if (ev.eventType & EVENT_BITS.DoubleBitEccError) out.push(f('NvidiaDoubleBitError', 'uncorrectable (double-bit) ECC error event'));
   if (ev.eventType & EVENT_BITS.DramRetirementFailure)

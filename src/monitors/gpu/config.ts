@@ -1,71 +1,14 @@
 /**
- * Configuration of the NVIDIA GPU monitor (key `gpu` in the agent config). Every option has a
- * default, so `gpuConfigSchema.parse({})` is a working config. Durations take milliseconds or a
- * short duration string ('5m', '10s').
- *
- * Thresholds marked (N) come from NVIDIA/DCGM; (S) are Vigil's suggested defaults
- * (see /work/shared/reference/nvidia-gpu-faults.md §6).
+ * The GPU monitor's configuration: the `gpu` section of the config (src/config/gpu.ts) plus the
+ * fatal Xid list of the one Xid policy (`xid.fatal`), which the agent passes in. Every option has
+ * a default, so `gpuConfigSchema.parse({})` is a working config.
  */
-import { z } from 'zod';
-import { durationValue } from '../../config/duration.ts';
+import type { z } from 'zod';
+import { DEFAULT_FATAL_XIDS, gpuSectionSchema, xidList } from '../../config/index.ts';
 
-import { DEFAULT_FATAL_XIDS } from '../xid/policy.ts';
-
-export { DEFAULT_FATAL_XIDS };
-
-const durationMs = durationValue;
-
-const thresholdsSchema = z.object({
-  /**
-   * Allowed PCIe replays per lane per minute, by link generation: limit = ceil(rate × max width).
-   * Gen4 1.0 and Gen5 1.9375 give DCGM's 16/min and 31/min at x16 (N); Gen1-3 follow DCGM's older
-   * flat 8/min at x16 (N); Gen6 doubles Gen5 (S).
-   */
-  pcieReplayPerLanePerMinute: z
-    .record(z.string().regex(/^[1-9]$/), z.number().positive())
-    .default({ 1: 0.5, 2: 0.5, 3: 0.5, 4: 1, 5: 1.9375, 6: 3.875 }),
-  /** Shortest window over which a replay rate is judged (a shorter poll gap keeps the baseline). */
-  pcieReplayMinWindowMs: durationMs.default(60_000),
-  /** Consecutive polls a HW clock-event bit must be set before it is reported (S). */
-  clockEventPolls: z.number().int().min(1).default(2),
-  /** Report when the temperature is within this many °C of the GPU's shutdown threshold (S). */
-  shutdownMarginC: z.number().min(0).default(2),
-  /** Retired pages (SBE + DBE) at or above this are reported, pre-Ampere GPUs (N: DCGM 60). */
-  retiredPagesLimit: z.number().int().min(1).default(60),
-  /** NVLink replay + recovery errors grown per poll, summed over links, to report (N: 1). */
-  nvlinkReplayRecoveryDelta: z.number().int().min(1).default(1),
-  /** NVLink CRC errors per second, summed over links, to report (N: DCGM 100/s). */
-  nvlinkCrcPerSecond: z.number().positive().default(100),
-  /** Active NVLink links expected per GPU; null = whatever was active at the first poll. */
-  nvlinkExpectedActive: z.number().int().min(0).nullable().default(null),
-  /** Driver recovery actions (field 230) that are reported: 1 GPU reset, 2 node reboot, 4 drain and reset. */
-  recoveryActionsFatal: z.array(z.number().int().min(0)).default([1, 2, 4]),
-});
-
-export const gpuConfigSchema = z.object({
-  /** Off: the monitor never starts. On (default): it starts when sysfs shows an NVIDIA GPU. */
-  enabled: z.boolean().default(true),
-  /** NVML library to dlopen. Tests point this at the fake (native/fake-nvml). */
-  libraryPath: z.string().min(1).default('libnvidia-ml.so.1'),
-  /** Interval between polls when the monitor runs its own timer (S). */
-  pollInterval: durationMs.default(300_000),
-  /** Each interval is randomised by ± this fraction so a fleet does not poll in lockstep. */
-  pollJitter: z.number().min(0).max(0.5).default(0.1),
-  /** Budget for one NVML call; past it the call is reported (NvidiaNVMLTimeout) and abandoned (S). */
-  watchdog: durationMs.default(10_000),
-  /** Timeout of one nvmlEventSetWait_v2; the wait loop re-checks its stop flag this often. */
-  eventWait: durationMs.pipe(z.number().int().min(10).max(5_000)).default(250),
-  /** Subscribe to NVML events (Xid, double-bit ECC, ...). */
-  events: z.boolean().default(true),
-  /** GPUs expected on the node; null = the number of NVIDIA display/3D PCI functions in sysfs. */
-  expectedCount: z.number().int().min(0).nullable().default(null),
+export const gpuConfigSchema = gpuSectionSchema.extend({
   /** Xids reported as NvidiaXID<N>Error (Fatal); every other Xid is NvidiaXID<N>Warning. */
-  fatalXids: z.array(z.number().int().min(0)).default([...DEFAULT_FATAL_XIDS]),
-  /** Threads left stuck in hung NVML calls before Vigil stops starting new ones. */
-  maxStuckWorkers: z.number().int().min(1).default(2),
-  /** Upper bound on NVLink links probed per GPU (NVML_NVLINK_MAX_LINKS is 18, 36 from NVML 13). */
-  maxNvLinks: z.number().int().min(0).max(64).default(36),
-  thresholds: thresholdsSchema.prefault({}),
+  fatalXids: xidList.default([...DEFAULT_FATAL_XIDS]),
 });
 
 export type GpuConfig = z.output<typeof gpuConfigSchema>;

@@ -11,6 +11,7 @@ import type { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
 import { lookupReason } from '../../catalog/index.ts';
+import { errorMessage } from '../../util/errors.ts';
 import { NvmlPollClient, NvmlEventClient, nvmlThreadsLeft, type HangReport, type LogFn } from '../../sources/nvml/client.ts';
 import {
   NvmlError,
@@ -74,6 +75,8 @@ export interface GpuSnapshot {
   events: { status: 'off' | 'starting' | 'running' | 'failed'; detail: string | null; devices: EventDevice[] };
   checks: CheckResult[];
   lastPollAt: number | null;
+  /** Whether NVML can see: false when it cannot be loaded (the condition is Unknown), null before the first try. */
+  nvmlUsable: boolean | null;
 }
 
 const MAX_EVENT_BACKOFF_MS = 60_000;
@@ -90,6 +93,7 @@ export class GpuMonitor implements Monitor {
   private eventClient: NvmlEventClient | null = null;
 
   private state: GpuMonitorState = 'new';
+  private sourceUp: boolean | undefined;
   private out: FindingSink | null = null;
   private pciFunctions: PciFunction[] = [];
   private inv = new GpuInventory();
@@ -207,6 +211,7 @@ export class GpuMonitor implements Monitor {
       events: { ...this.eventStatus, devices: [...this.eventStatus.devices] },
       checks: [...this.results],
       lastPollAt: this.lastPollAt,
+      nvmlUsable: this.sourceUp ?? null,
     };
   }
 
@@ -235,7 +240,7 @@ export class GpuMonitor implements Monitor {
       // NVML came up after start (driver loaded late): subscribe to events now.
       if (this.booted && this.eventStatus.status === 'off') void this.maybeStartEvents();
     } catch (err) {
-      this.log({ err: (err as Error).message }, 'GPU poll failed');
+      this.log({ err: errorMessage(err) }, 'GPU poll failed');
     } finally {
       this.metrics.pollDuration.observe((performance.now() - started) / 1000);
     }
@@ -277,6 +282,7 @@ export class GpuMonitor implements Monitor {
       try {
         const res = await this.pollClient.poll({ skip: [...this.hung.keys()], maxNvLinks: cfg.maxNvLinks, samples: true });
         this.lastPollAt = now;
+        this.reportSource(true);
         return this.judge(res, now);
       } catch (err) {
         const r = this.failure(err, now);
@@ -286,6 +292,24 @@ export class GpuMonitor implements Monitor {
     }
   }
 
+  /** Says whether NVML can see (the agent makes AcceleratedHardwareReady Unknown while it cannot). */
+  private reportSource(up: boolean, message?: string): void {
+    if (up === this.sourceUp) return;
+    this.sourceUp = up;
+    this.out?.source({
+      component: 'gpu',
+      conditions: ['AcceleratedHardwareReady'],
+      up,
+      at: this.now(),
+      ...(up ? {} : { reason: 'NvidiaMonitoringUnavailable', message: message ?? 'NVML is unusable' }),
+    });
+  }
+
+  /** Whether NVML can see, for /healthz (undefined before the first poll). */
+  get sees(): boolean | undefined {
+    return this.sourceUp;
+  }
+
   /** Turns a failed init or poll into a result (and bookkeeping for hangs). */
   private failure(err: unknown, now: number): CheckResult {
     if (err instanceof NvmlTimeoutError) {
@@ -293,7 +317,12 @@ export class GpuMonitor implements Monitor {
       return nvmlTimeout(err.fn, err.afterMs, err.gpuIndex !== null ? this.gpuAt(err.gpuIndex) : undefined, now);
     }
     const n = this.pciFunctions.length;
-    if (err instanceof NvmlLoadError) return driverNotLoaded(err.message, n, this.config.libraryPath, now);
+    if (err instanceof NvmlLoadError) {
+      // The library cannot be loaded (not mounted, wrong path): Vigil is blind, which is not a GPU
+      // fault, so AcceleratedHardwareReady goes Unknown rather than False (no node replaced for it).
+      this.reportSource(false, `${n} NVIDIA GPU${n === 1 ? ' is' : 's are'} on the PCI bus but NVML cannot be loaded: ${err.message}`);
+      return { check: 'driver', gpu: null, entity: '', reason: '', status: 'skip', message: `NVML unusable: ${err.message}` };
+    }
     if (
       err instanceof NvmlError &&
       (err.fn === 'nvmlInit_v2' || err.code === NVML_RETURN.UNINITIALIZED || err.code === NVML_RETURN.DRIVER_NOT_LOADED)
@@ -301,8 +330,8 @@ export class GpuMonitor implements Monitor {
       this.pollClient.reset('init-failed');
       return driverNotLoaded(err.fn === 'nvmlInit_v2' ? initFailureDetail(err.code) : err.message, n, this.config.libraryPath, now);
     }
-    this.log({ err: (err as Error).message }, 'NVML poll failed');
-    return { check: 'poll', gpu: null, entity: '', reason: '', status: 'skip', message: `poll failed: ${(err as Error).message}` };
+    this.log({ err: errorMessage(err) }, 'NVML poll failed');
+    return { check: 'poll', gpu: null, entity: '', reason: '', status: 'skip', message: `poll failed: ${errorMessage(err)}` };
   }
 
   private judge(res: PollResult, now: number): CheckResult[] {
@@ -385,7 +414,7 @@ export class GpuMonitor implements Monitor {
         this.metrics.checkFailing.set({ check: r.check, gpu: r.gpu === null ? '' : String(r.gpu) }, r.status === 'fail' ? 1 : 0);
       if (r.status === 'fail' && r.finding) out.finding(r.finding);
       if (r.status !== 'ok' || failing.has(key(r)) || sent.has(key(r))) continue;
-      if (lookupReason(r.reason)?.recovery.kind !== 'whenHealthy') continue;
+      if (!r.reason || lookupReason(r.reason)?.recovery.kind !== 'whenHealthy') continue;
       sent.add(key(r));
       out.healthy({ reasons: [r.reason], entity: r.entity, source: 'nvml', at });
     }

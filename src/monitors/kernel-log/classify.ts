@@ -36,6 +36,8 @@ export interface ClassifiableLine {
 export interface ClassifierOptions {
   /** Xids that raise NvidiaXID<N>Error; others raise NvidiaXID<N>Warning. */
   fatalXids?: Iterable<number>;
+  /** Xid 154 recovery actions that raise NvidiaXID154Error (default: GPU reset, node reboot, drain and reset). */
+  recoveryActionsFatal?: readonly number[];
   /** PCIeCorrectedErrors fires at `count` corrected errors on one device within `windowMs`. */
   pcieCorrectedThreshold?: { count: number; windowMs: number };
   /** Block devices whose I/O errors are ignored (default fd*, sr*, loop*). */
@@ -80,6 +82,7 @@ export class KernelLogClassifier {
   constructor(opts: ClassifierOptions = {}) {
     this.env = {
       fatalXids: new Set(opts.fatalXids ?? DEFAULT_FATAL_XIDS),
+      ...(opts.recoveryActionsFatal ? { recoveryActionsFatal: opts.recoveryActionsFatal } : {}),
       pcieCorrectedThreshold: opts.pcieCorrectedThreshold ?? { ...DEFAULT_PCIE_CORRECTED_THRESHOLD },
       ignoredBlockDevices: opts.ignoredBlockDevices ?? DEFAULT_IGNORED_BLOCK_DEVICES,
       ...(opts.gpuAbove ? { gpuAbove: opts.gpuAbove } : {}),
@@ -114,7 +117,11 @@ export class KernelLogClassifier {
       const f = this.user(r, msg, at);
       if (f) out.push(f);
     }
-    for (const n of this.npd) for (const f of n.match(msg, at)) out.push(f);
+    // An NPD event with the reason a rule above already gave this line is the same finding, once.
+    // A permanent NPD rule still counts: it drives its own condition.
+    for (const n of this.npd) {
+      for (const f of n.match(msg, at)) if (f.severity === 'Fatal' || !out.some((o) => o.reason === f.reason)) out.push(f);
+    }
     return out;
   }
 
@@ -127,7 +134,7 @@ export class KernelLogClassifier {
       if (!rule.keywords.some((k) => msg.includes(k))) continue;
       const hit = rule.match(msg, this.env);
       if (!hit) continue;
-      if (hit.reason === 'NvidiaXID79Error' && this.seenXid79(hit.entity, at)) return null;
+      if (hit.attrs?.xid === 79 && this.seenXid79(hit.entity, at)) return null;
       return hit;
     }
     return null;
@@ -148,7 +155,7 @@ export class KernelLogClassifier {
     const s = this.fallenStart;
     this.fallenStart = undefined;
     const pci = s && at - s.at <= this.joinWindowMs ? s.pci : undefined;
-    const hit = fallenOffHit(pci);
+    const hit = fallenOffHit(pci, this.env);
     return this.seenXid79(hit.entity, at) ? null : hit;
   }
 

@@ -33,6 +33,10 @@ export interface KernelLogMonitorOptions {
    * in tests writes to /dev/kmsg from user space (facility 1 and up).
    */
   kernelOnly?: boolean;
+  /** Called on each ring overrun with the records lost and the total since start (to log it once). */
+  onLost?: (lost: number, total: number) => void;
+  /** How long /healthz shows the monitor degraded after records were lost (default 10 min). */
+  lostDegradedMs?: number;
   /** Called after every batch with the new cursor (e.g. to schedule a state save). */
   onCursor?: (cursor: KmsgCursor) => void;
   onError?: (err: Error) => void;
@@ -52,6 +56,7 @@ export class KernelLogMonitor implements Monitor {
   private out: FindingSink | undefined;
   /** Records lost to ring overruns since start (also in vigil_kmsg_lost_records_total). */
   lost = 0;
+  private lastLossAt = 0;
 
   constructor(private readonly opts: KernelLogMonitorOptions = {}) {
     this.classifier = new KernelLogClassifier(opts.classifier);
@@ -62,10 +67,13 @@ export class KernelLogMonitor implements Monitor {
     this.npdConditions = [...seen.values()];
   }
 
-  /** For /healthz: whether it reads, how it waits, and what it lost. */
-  status(): string {
-    if (!this.reader) return 'stopped';
-    return `ok: ${this.lost} records lost to ring overruns`;
+  /** For /healthz: whether it reads, and what it lost (degraded for a while after a loss). */
+  status(): { state: 'ok' | 'degraded' | 'failed'; message: string } {
+    if (!this.reader) return { state: 'failed', message: 'not reading the kernel log' };
+    if (this.lost === 0) return { state: 'ok', message: 'reading the kernel log; no records lost' };
+    const message = `${this.lost} records lost to kernel ring overruns since start, last at ${new Date(this.lastLossAt).toISOString()}`;
+    const recent = this.now() - this.lastLossAt < (this.opts.lostDegradedMs ?? 10 * 60_000);
+    return { state: recent ? 'degraded' : 'ok', message };
   }
 
   /** The cursor to persist; undefined until the reader has started and no cursor was given. */
@@ -87,6 +95,8 @@ export class KernelLogMonitor implements Monitor {
       onRecords: (recs) => this.onRecords(recs),
       onLost: (n) => {
         this.lost += n;
+        this.lastLossAt = this.now();
+        this.opts.onLost?.(n, this.lost);
       },
       onError: (err) => this.opts.onError?.(err),
     };

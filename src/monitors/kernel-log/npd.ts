@@ -6,14 +6,19 @@
  *  - `temporary` rules give Warning findings; `permanent` ones Fatal findings on the rule's
  *    `condition` (untilReboot: NPD never sets them back, short of a restart);
  *  - `conditions[]` declare extra condition types with their healthy reason and message, exported
- *    for the engine; `skipList` substrings drop a line before matching;
+ *    for the engine, which reports them with NPD's polarity (False while healthy, True with the
+ *    permanent rule's reason); `skipList` substrings drop a line before matching;
+ *  - only `"plugin": "kmsg"` files load: rules written for journald or a log file are refused;
  *  - `patternGeneratedMessageSuffix` turns the message into "<log>; <suffix>".
  * Go RE2 syntax is translated to JS (inline flags, \z, \A, (?P<name>), POSIX classes, \Q..\E).
  */
 import { readFileSync } from 'node:fs';
 import type { ConditionType, Finding, SourceName } from '../../api/types.ts';
 import { CONDITION_TYPES } from '../../api/types.ts';
+import { ruleReason } from '../../catalog/index.ts';
 import { parseDuration } from '../../util/duration.ts';
+import { regexProblem } from '../../config/regex.ts';
+import { errorMessage } from '../../util/errors.ts';
 
 /** A condition type an NPD file declares, with its healthy reason and message. */
 export interface NpdCondition {
@@ -102,7 +107,7 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new Error(`${file}: invalid JSON: ${(err as Error).message}`);
+    throw new Error(`${file}: invalid JSON: ${errorMessage(err)}`, { cause: err });
   }
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${file}: expected a JSON object`);
   const o = raw as Record<string, unknown>;
@@ -113,6 +118,13 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   const optStr = (key: string): string | undefined => (o[key] === undefined ? undefined : str(key, o[key]));
 
   const plugin = optStr('plugin') ?? 'kmsg';
+  // Vigil reads the kernel log only; rules written for another log must not run on it.
+  if (plugin !== 'kmsg') {
+    throw new Error(
+      `${file}: field "plugin": "${plugin}" is not supported: Vigil runs NPD system-log-monitor files on the kernel log ` +
+        '(/dev/kmsg) only, so only "plugin": "kmsg" files can be loaded',
+    );
+  }
   const bufferSize = o.bufferSize === undefined ? 10 : o.bufferSize;
   if (typeof bufferSize !== 'number' || !Number.isInteger(bufferSize) || bufferSize < 1 || bufferSize > 1000) {
     throw new Error(`${file}: field "bufferSize": expected an integer from 1 to 1000`);
@@ -120,7 +132,7 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   const dur = (key: string): number | undefined => {
     const v = optStr(key);
     if (v === undefined || v === '') return undefined;
-    const ms = parseGoDuration(v);
+    const ms = parseDuration(v);
     if (ms === undefined) throw new Error(`${file}: field "${key}": invalid duration "${v}"`);
     return ms;
   };
@@ -181,8 +193,11 @@ function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<str
     if (!js.flags.includes('s')) js.source = js.source.replace(/^(?:\.\*)+(?![*+?{])/, '');
     re = new RegExp(`(?:${js.source})(?![\\s\\S])`, js.flags);
   } catch (err) {
-    throw new Error(`${where}: field "pattern": invalid regular expression: ${(err as Error).message}`);
+    throw new Error(`${where}: field "pattern": invalid regular expression: ${errorMessage(err)}`, { cause: err });
   }
+  // NPD runs patterns on Go's linear-time engine; V8 backtracks, so exponential ones are refused.
+  const slow = regexProblem(js.source, js.flags);
+  if (slow) throw new Error(`${where}: field "pattern": ${slow}`);
   const rule: NpdRule = { type: o.type, reason: o.reason, pattern: o.pattern, re, multiline: mayMatchNewline(js.source, js.flags) };
   if (o.condition !== undefined && o.condition !== '') {
     if (typeof o.condition !== 'string') throw new Error(`${where}: field "condition": expected a string`);
@@ -198,14 +213,6 @@ function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<str
     if (o.patternGeneratedMessageSuffix) rule.suffix = o.patternGeneratedMessageSuffix;
   }
   return rule;
-}
-
-/** Go's time.ParseDuration subset NPD configs use ("5m", "1h30m", "0"), via the project parser. */
-function parseGoDuration(s: string): number | undefined {
-  if (s === '0') return 0;
-  const parts = s.match(/\d+(?:\.\d+)?(?:ms|s|m|h)/g);
-  if (!parts || parts.join('') !== s) return undefined;
-  return parts.reduce((sum, p) => sum + parseDuration(p)!, 0);
 }
 
 /** Longest line NPD rules see. */
@@ -264,7 +271,7 @@ export class NpdMatcher {
     if (rule.suffix) message = `${message}; ${rule.suffix}`;
     const permanent = rule.type === 'permanent';
     return {
-      reason: rule.reason,
+      reason: ruleReason(rule.reason),
       message,
       source: this.opts.source ?? 'kmsg',
       entity: '',

@@ -7,12 +7,10 @@
  * how a libnccl segfault becomes NvidiaNCCLError and not also AppCrash, and how "BUG: soft
  * lockup" becomes SoftLockup and not KernelBug.
  */
-import { fillTemplate } from '../../catalog/index.ts';
+import type { ReasonName } from '../../catalog/index.ts';
+import { DEFAULT_FATAL_XIDS, decideXid, normalizePci, xidDetailFromText } from '../xid/policy.ts';
 
-export { DEFAULT_FATAL_XIDS } from '../xid/policy.ts';
-
-/** Xid 154 recovery actions that mean the GPU is unusable until reset or reboot. */
-const XID154_FATAL_ACTIONS = new Set(['gpu reset required', 'node reboot required', 'drain and reset']);
+export { DEFAULT_FATAL_XIDS, normalizePci } from '../xid/policy.ts';
 
 /** Default: PCIe corrected errors become a finding at 20 on one device within 1 h. */
 export const DEFAULT_PCIE_CORRECTED_THRESHOLD = { count: 20, windowMs: 3_600_000 } as const;
@@ -22,6 +20,8 @@ export const DEFAULT_IGNORED_BLOCK_DEVICES = /^(?:fd|sr|loop)\d+$/;
 
 export interface RuleEnv {
   fatalXids: ReadonlySet<number>;
+  /** Xid 154 recovery actions that are fatal (default: the Xid policy's). */
+  recoveryActionsFatal?: readonly number[];
   pcieCorrectedThreshold: { count: number; windowMs: number };
   ignoredBlockDevices: RegExp;
   /** The GPU (normalised PCI address) below a PCIe device, when the GPU monitor can tell. */
@@ -29,7 +29,8 @@ export interface RuleEnv {
 }
 
 export interface RuleHit {
-  reason: string;
+  /** A catalog reason: a misspelt one does not compile. */
+  reason: ReasonName;
   entity: string;
   /** A short human description; the classifier appends the log text. */
   summary: string;
@@ -44,28 +45,12 @@ export interface KernelRule {
   match(msg: string, env: RuleEnv): RuleHit | null;
 }
 
-/**
- * Normalises a GPU PCI address to the form Xid lines use: lower case, no `PCI:` prefix, no
- * function, 4-hex-digit domain. `PCI:0000:B3:00.0`, `00000000:b3:00.0` -> `0000:b3:00`.
- */
-export function normalizePci(raw: string): string {
-  let s = raw.trim().toLowerCase();
-  if (s.startsWith('pci:')) s = s.slice(4);
-  s = s.replace(/\.[0-7]$/, '');
-  const parts = s.split(':');
-  if (parts.length === 3) parts[0] = parts[0].padStart(4, '0').slice(-4);
-  else if (parts.length === 2) parts.unshift('0000');
-  return parts.join(':');
-}
-
 const PCI = '(?:PCI:)?[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\\.[0-7])?';
 
 // ------------------------------------------------------------------ NVIDIA GPU
 
 const XID = new RegExp(`NVRM: Xid \\((${PCI})\\): (\\d{1,4}),? ?(.*)`);
 const PID_NAME = /^pid=('?<unknown>'?|[^,]*), name=([^,]*),? ?(.*)$/;
-const NVLINK5 = /^\S+\s+(Fatal|Non-?fatal)\b/i;
-const XID154 = /recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)/;
 
 const xid: KernelRule = {
   name: 'nvidia-xid',
@@ -73,10 +58,9 @@ const xid: KernelRule = {
   match(msg, env) {
     const m = XID.exec(msg);
     if (!m) return null;
-    const pci = normalizePci(m[1]);
     const code = Number(m[2]);
     let rest = m[3] ?? '';
-    const attrs: Record<string, string | number | boolean> = { pci, xid: code };
+    const attrs: Record<string, string | number | boolean> = {};
     const pn = PID_NAME.exec(rest);
     if (pn) {
       const pid = pn[1].replace(/'/g, '');
@@ -84,19 +68,8 @@ const xid: KernelRule = {
       if (pn[2] && pn[2] !== '<unknown>') attrs.process = pn[2];
       rest = pn[3] ?? '';
     }
-    let fatal = env.fatalXids.has(code);
-    if (code >= 144 && code <= 150) {
-      // NVLink5: the line itself says Fatal or Nonfatal; only Fatal needs a reset.
-      const t = NVLINK5.exec(rest);
-      fatal = t !== null && t[1].toLowerCase() === 'fatal';
-      if (t) attrs.nvlinkSeverity = t[1]!;
-    } else if (code === 154) {
-      const a = XID154.exec(rest);
-      fatal = a !== null && XID154_FATAL_ACTIONS.has(a[2].trim().toLowerCase());
-      if (a) attrs.recoveryAction = a[2].trim();
-    }
-    const reason = fillTemplate(fatal ? 'NvidiaXID{code}Error' : 'NvidiaXID{code}Warning', { code });
-    return { reason, entity: `gpu:${pci}`, summary: `NVIDIA Xid ${code} on GPU ${pci}`, attrs };
+    const d = decideXid({ code, pci: m[1], ...xidDetailFromText(code, rest) }, env);
+    return { reason: d.reason, entity: d.entity, summary: `NVIDIA Xid ${code} on GPU ${d.pci}`, attrs: { ...d.attrs, ...attrs } };
   },
 };
 
@@ -107,20 +80,21 @@ const FALLEN_OLD = new RegExp(`NVRM: GPU at (${PCI}) has fallen off the bus`);
 const fallenOff: KernelRule = {
   name: 'nvidia-fallen-off-bus',
   keywords: ['fallen off the bus'],
-  match(msg) {
+  match(msg, env) {
     const m = FALLEN_NEW.exec(msg) ?? FALLEN_OLD.exec(msg);
     if (!m) return null;
-    return fallenOffHit(normalizePci(m[1]));
+    return fallenOffHit(normalizePci(m[1]), env);
   },
 };
 
-/** NvidiaXID79Error for a GPU that fell off the bus without (or before) its Xid 79 line. */
-export function fallenOffHit(pci: string | undefined): RuleHit {
+/** Xid 79 (fallen off the bus) for a GPU whose fallen-off text came without (or before) its Xid 79 line. */
+export function fallenOffHit(pci: string | undefined, env?: Pick<RuleEnv, 'fatalXids'>): RuleHit {
+  const d = decideXid({ code: 79, pci: pci ?? null }, env ?? { fatalXids: DEFAULT_FATAL_XIDS });
   return {
-    reason: 'NvidiaXID79Error',
-    entity: pci ? `gpu:${pci}` : '',
-    summary: `NVIDIA GPU ${pci ?? '(unknown PCI address)'} has fallen off the bus`,
-    attrs: pci ? { pci, xid: 79 } : { xid: 79 },
+    reason: d.reason,
+    entity: d.entity,
+    summary: `NVIDIA GPU ${d.pci ?? '(unknown PCI address)'} has fallen off the bus`,
+    attrs: d.attrs,
   };
 }
 
@@ -169,7 +143,7 @@ const sxid: KernelRule = {
     const code = Number(m[3]);
     const fatal = m[4] === 'Fatal';
     return {
-      reason: fillTemplate(fatal ? 'NvidiaSXid{code}Error' : 'NvidiaSXid{code}Warning', { code }),
+      reason: fatal ? `NvidiaSXid${code}Error` : `NvidiaSXid${code}Warning`,
       entity: `nvswitch:${pci}`,
       summary: `NVSwitch ${m[1]} SXid ${code}${m[4] ? ` (${m[4]})` : ''} at ${pci}`,
       attrs: { pci, sxid: code, nvswitch: Number(m[1]) },
@@ -207,7 +181,8 @@ const softLockup: KernelRule = {
       attrs.process = m[3];
       attrs.pid = Number(m[4]);
     }
-    return { reason: 'SoftLockup', entity: '', summary: `CPU ${m[1]} stuck in the kernel for ${m[2]}s`, attrs };
+    // Per CPU, so lockups on different CPUs are separate problems (like gpu:, pci:, blockdev:).
+    return { reason: 'SoftLockup', entity: `cpu:${m[1]}`, summary: `CPU ${m[1]} stuck in the kernel for ${m[2]}s`, attrs };
   },
 };
 

@@ -20,9 +20,9 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import type { ConditionType, Recovery, Severity } from '../../api/types.ts';
-import { lookupReason } from '../../catalog/index.ts';
-import { parseDuration } from '../../util/duration.ts';
+import type { ConditionType, Recovery, RuleReasonName, Severity } from '../../api/types.ts';
+import { lookupReason, ruleReason } from '../../catalog/index.ts';
+import { durationValue, positiveDurationValue, regexProblem } from '../../config/index.ts';
 
 /** A validated, compiled user rule. */
 export interface UserRule {
@@ -30,7 +30,7 @@ export interface UserRule {
   file: string;
   re: RegExp;
   contains?: readonly string[];
-  reason: string;
+  reason: RuleReasonName;
   severity?: Severity;
   condition?: ConditionType;
   recovery?: Recovery;
@@ -38,8 +38,6 @@ export interface UserRule {
   message?: string;
   threshold?: { count: number; windowMs: number };
 }
-
-const duration = z.string().refine((s) => parseDuration(s) !== undefined, 'expected a duration such as 30s, 10m or 1h');
 
 const ruleSchema = z.strictObject({
   name: z.string().min(1).optional(),
@@ -56,11 +54,11 @@ const ruleSchema = z.strictObject({
     .regex(/^[A-Z][A-Za-z0-9]*$/, 'expected a condition type such as KernelReady')
     .optional(),
   recovery: z
-    .union([z.literal('untilReboot'), z.strictObject({ whenHealthy: z.number().int().min(1) }), z.strictObject({ ttl: duration })])
+    .union([z.literal('untilReboot'), z.strictObject({ whenHealthy: z.number().int().min(1) }), z.strictObject({ ttl: durationValue })])
     .optional(),
   entity: z.string().optional(),
   message: z.string().optional(),
-  threshold: z.strictObject({ count: z.number().int().min(1), window: duration }).optional(),
+  threshold: z.strictObject({ count: z.number().int().min(1), window: positiveDurationValue }).optional(),
 });
 
 type RawRule = z.infer<typeof ruleSchema>;
@@ -104,16 +102,14 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   }
   const d: RawRule = r.data;
   const where = label(d.name);
-  let re: RegExp;
-  try {
-    re = new RegExp(d.pattern, d.flags ?? '');
-  } catch (err) {
-    throw new Error(`${where}: field "pattern": invalid regular expression: ${(err as Error).message}`);
-  }
+  // Refused when invalid or prone to catastrophic backtracking: one bad line must not stall the agent.
+  const problem = regexProblem(d.pattern, d.flags ?? '');
+  if (problem) throw new Error(`${where}: field "pattern": ${problem}`);
+  const re = new RegExp(d.pattern, d.flags ?? '');
   const known = lookupReason(d.reason);
   if (!known && !d.severity) throw new Error(`${where}: field "severity": required because reason ${d.reason} is not in the catalog`);
   if (!known && !d.condition) throw new Error(`${where}: field "condition": required because reason ${d.reason} is not in the catalog`);
-  const rule: UserRule = { name: d.name ?? `rule-${i}`, file, re, reason: d.reason };
+  const rule: UserRule = { name: d.name ?? `rule-${i}`, file, re, reason: ruleReason(d.reason) };
   if (d.contains !== undefined) rule.contains = typeof d.contains === 'string' ? [d.contains] : d.contains;
   if (d.severity) rule.severity = d.severity;
   if (d.condition) rule.condition = d.condition;
@@ -121,7 +117,7 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   if (recovery) rule.recovery = recovery;
   if (d.entity !== undefined) rule.entity = d.entity;
   if (d.message !== undefined) rule.message = d.message;
-  if (d.threshold) rule.threshold = { count: d.threshold.count, windowMs: parseDuration(d.threshold.window)! };
+  if (d.threshold) rule.threshold = { count: d.threshold.count, windowMs: d.threshold.window };
   return rule;
 }
 
@@ -129,7 +125,7 @@ function toRecovery(r: RawRule['recovery']): Recovery | undefined {
   if (r === undefined) return undefined;
   if (r === 'untilReboot') return { kind: 'untilReboot' };
   if ('whenHealthy' in r) return { kind: 'whenHealthy', healthyChecks: r.whenHealthy };
-  return { kind: 'ttl', ttlMs: parseDuration(r.ttl)! };
+  return { kind: 'ttl', ttlMs: r.ttl };
 }
 
 /** For reasons outside the catalog: Fatal lasts until reboot, anything else for an hour. */

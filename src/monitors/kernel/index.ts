@@ -3,10 +3,10 @@ import { readNumber } from '../../sources/host/read.ts';
 import { scanProcesses } from '../../sources/host/procs.ts';
 import { Consecutive, type HostCheck } from '../host-check.ts';
 import { checkClock, checkLimits, checkWarnings, checkZombies, countKernelWarnings } from './checks.ts';
-import type { KernelConfig } from './config.ts';
+import type { KernelConfig } from '../../config/index.ts';
 import { libcSyscalls, readLimits, type KernelSyscalls } from './read.ts';
 
-export { kernelConfigSchema, type KernelConfig } from './config.ts';
+export { kernelConfigSchema, type KernelConfig } from '../../config/index.ts';
 export type { KernelSyscalls } from './read.ts';
 
 export function kernelChecks(cfg: KernelConfig, sys: KernelSyscalls = libcSyscalls): HostCheck[] {

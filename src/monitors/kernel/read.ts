@@ -1,6 +1,7 @@
-/** Kernel samples: small procfs reads, plus adjtimex(2) and klogctl(2) through libc (koffi). */
+/** Kernel samples: small procfs reads, plus adjtimex(2) and klogctl(2) through libc (src/native). */
 import { readNumber, readProcFile } from '../../sources/host/read.ts';
 import type { LimitsSample, TimexSample } from './checks.ts';
+import { libc, type Libc } from '../../native/index.ts';
 
 export function readLimits(root: string): LimitsSample {
   const s: LimitsSample = {};
@@ -26,25 +27,13 @@ export interface KernelSyscalls {
   klog(): Promise<string | undefined>;
 }
 
-interface Libc {
-  adjtimex: (buf: Buffer) => number;
-  klogctl: (type: number, buf: Buffer | null, len: number) => number;
-}
-
-let libc: Promise<Libc | undefined> | undefined;
-
-/** koffi is loaded on first use only, so agents with the clock check off never load it. */
-function loadLibc(): Promise<Libc | undefined> {
-  libc ??= import('koffi')
-    .then(({ default: koffi }) => {
-      const lib = koffi.load('libc.so.6');
-      return {
-        adjtimex: lib.func('int adjtimex(void *buf)') as unknown as Libc['adjtimex'],
-        klogctl: lib.func('int klogctl(int type, void *buf, int len)') as unknown as Libc['klogctl'],
-      };
-    })
-    .catch(() => undefined);
-  return libc;
+/** libc is bound on first use only, so agents with the clock check off never load koffi. */
+function loadLibc(): Libc | undefined {
+  try {
+    return libc();
+  } catch {
+    return undefined;
+  }
 }
 
 // struct timex on LP64 (x86-64, arm64): modes u32 @0, offset @8, freq @16, maxerror @24, esterror @32, status i32 @40; 208 bytes.
@@ -52,22 +41,27 @@ const TIMEX_SIZE = 256;
 const SYSLOG_ACTION_READ_ALL = 3;
 const SYSLOG_ACTION_SIZE_BUFFER = 10;
 
+function readTimex(): TimexSample | undefined {
+  const c = loadLibc();
+  if (!c) return undefined;
+  const buf = Buffer.alloc(TIMEX_SIZE); // modes = 0: read only, no privilege needed
+  const state = c.adjtimex(buf);
+  if (state < 0) return undefined;
+  return { state, status: buf.readInt32LE(40), maxErrorUs: Number(buf.readBigInt64LE(24)) };
+}
+
+function readKlog(): string | undefined {
+  const c = loadLibc();
+  if (!c) return undefined;
+  const size = c.klogctl(SYSLOG_ACTION_SIZE_BUFFER, null, 0);
+  if (size <= 0) return undefined;
+  const buf = Buffer.alloc(size);
+  const n = c.klogctl(SYSLOG_ACTION_READ_ALL, buf, size);
+  return n < 0 ? undefined : buf.toString('utf8', 0, n);
+}
+
+// Promises for the test seam; a throw becomes a rejection, as before.
 export const libcSyscalls: KernelSyscalls = {
-  async timex() {
-    const c = await loadLibc();
-    if (!c) return undefined;
-    const buf = Buffer.alloc(TIMEX_SIZE); // modes = 0: read only, no privilege needed
-    const state = c.adjtimex(buf);
-    if (state < 0) return undefined;
-    return { state, status: buf.readInt32LE(40), maxErrorUs: Number(buf.readBigInt64LE(24)) };
-  },
-  async klog() {
-    const c = await loadLibc();
-    if (!c) return undefined;
-    const size = c.klogctl(SYSLOG_ACTION_SIZE_BUFFER, null, 0);
-    if (size <= 0) return undefined;
-    const buf = Buffer.alloc(size);
-    const n = c.klogctl(SYSLOG_ACTION_READ_ALL, buf, size);
-    return n < 0 ? undefined : buf.toString('utf8', 0, n);
-  },
+  timex: () => new Promise((resolve) => resolve(readTimex())),
+  klog: () => new Promise((resolve) => resolve(readKlog())),
 };

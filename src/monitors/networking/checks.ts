@@ -1,7 +1,7 @@
 /** Networking checks: samples in, findings and healthy entities out. No I/O. */
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport, Consecutive } from '../host-check.ts';
-import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from './config.ts';
+import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from '../../config/index.ts';
 
 // <linux/if.h>
 export const IFF_UP = 0x1;
@@ -123,7 +123,7 @@ export function checkEna(
   if (!prev) return r; // first sample: baseline only
   const entity = `netif:${iface}`;
   const refill = elapsedMs / cfg.ena.refillEvery;
-  for (const [counter, reason] of Object.entries(ENA_COUNTERS) as [EnaCounter, string][]) {
+  for (const [counter, reason] of Object.entries(ENA_COUNTERS) as [EnaCounter, (typeof ENA_COUNTERS)[EnaCounter]][]) {
     const a = prev[counter];
     const b = cur[counter];
     if (a === undefined || b === undefined) continue;

@@ -2,10 +2,10 @@
 import { execBounded, type ExecFn } from '../../sources/host/exec.ts';
 import { Consecutive, type HostCheck } from '../host-check.ts';
 import { checkDns, checkEna, checkInterfaces, checkRdma, checkSysctl, EnaBuckets } from './checks.ts';
-import type { NetworkingConfig } from './config.ts';
+import type { NetworkingConfig } from '../../config/index.ts';
 import { apiServerHost, lookupHost, readEthtool, readLinks, readRdmaPorts, readSysctl, type LookupFn } from './read.ts';
 
-export { networkingConfigSchema, type NetworkingConfig } from './config.ts';
+export { networkingConfigSchema, type NetworkingConfig } from '../../config/index.ts';
 
 export interface NetworkingDeps {
   exec: ExecFn;

@@ -1,7 +1,8 @@
 /** Container-runtime checks: probe results and unit states in, findings and healthy entities out. No I/O. */
+import type { ReasonName } from '../../catalog/index.ts';
 import { finding } from '../host-finding.ts';
 import type { CheckReport } from '../host-check.ts';
-import type { RuntimeConfig } from './config.ts';
+import type { RuntimeConfig } from '../../config/index.ts';
 
 /** Outcome of a local liveness probe. `absent`: nothing there to probe (not installed, not listening). */
 export type ProbeResult = { kind: 'ok' } | { kind: 'absent'; detail: string } | { kind: 'bad'; detail: string };
@@ -53,7 +54,7 @@ export function parseSystemctlShow(text: string): UnitState[] {
 }
 
 /** 'nvidia-persistenced.service' → 'Nvidia-PersistencedRepeatedRestart' (the EKS agent's names). */
-export function restartReason(unitId: string): string {
+export function restartReason(unitId: string): `${string}RepeatedRestart` {
   const base = unitId.replace(/\.service$/, '').replace(/[^A-Za-z0-9-]/g, '');
   return `${base
     .split('-')
@@ -61,7 +62,7 @@ export function restartReason(unitId: string): string {
     .join('-')}RepeatedRestart`;
 }
 
-const FAILED_REASON: Record<string, string> = { 'kubelet.service': 'KubeletFailed', 'containerd.service': 'ContainerRuntimeFailed' };
+const FAILED_REASON: Record<string, ReasonName> = { 'kubelet.service': 'KubeletFailed', 'containerd.service': 'ContainerRuntimeFailed' };
 
 export function checkUnits(units: UnitState[], prevRestarts: Map<string, number>, cfg: RuntimeConfig, at: number): CheckReport {
   const r: CheckReport = { findings: [], healthy: [] };

@@ -2,10 +2,10 @@
 import { execBounded, type ExecFn } from '../../sources/host/exec.ts';
 import type { HostCheck } from '../host-check.ts';
 import { checkContainerd, checkKubelet, checkUnits } from './checks.ts';
-import type { RuntimeConfig } from './config.ts';
+import type { RuntimeConfig } from '../../config/index.ts';
 import { hasSystemd, probeContainerd, probeKubelet, readUnits } from './read.ts';
 
-export { runtimeConfigSchema, type RuntimeConfig } from './config.ts';
+export { runtimeConfigSchema, type RuntimeConfig } from '../../config/index.ts';
 
 export function runtimeChecks(cfg: RuntimeConfig, deps: { exec?: ExecFn } = {}): HostCheck[] {
   const exec = deps.exec ?? execBounded;

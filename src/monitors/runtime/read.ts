@@ -6,8 +6,9 @@ import { exists } from '../../sources/host/read.ts';
 import { hostPath } from '../../sources/host/paths.ts';
 import type { ExecFn } from '../../sources/host/exec.ts';
 import { parseSystemctlShow, type ProbeResult, type UnitState } from './checks.ts';
+import { errorCode, errorMessage } from '../../util/errors.ts';
 
-const code = (err: unknown) => (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+const code = (err: unknown) => errorCode(err) ?? errorMessage(err);
 
 /** GET the healthz URL; 200 with body "ok" is healthy. Nothing listening is "absent". */
 export function probeKubelet(url: string, timeoutMs: number, signal?: AbortSignal): Promise<ProbeResult> {
@@ -45,12 +46,15 @@ export function probeContainerd(root: string, socket: string, timeoutMs: number,
   return new Promise((resolve) => {
     let done = false;
     let sockErr: unknown;
-    const connect = () => net.connect(path).on('error', (err) => (sockErr = err));
+    let sock: net.Socket | undefined;
+    const connect = () => (sock = net.connect(path).on('error', (err) => (sockErr = err)));
     const session = http2.connect('http://localhost', { createConnection: connect });
     /** The socket's own error says more than the stream cancellation it causes. */
     const why = (err: unknown) => {
       const c = code(sockErr ?? err);
-      return c === 'ECONNREFUSED' ? 'connection refused (stale socket)' : c;
+      if (c === 'ECONNREFUSED') return 'connection refused (stale socket)';
+      // A unix socket refuses new connections at once when its listen backlog is full.
+      return c === 'EAGAIN' ? 'listen backlog full: containerd is not accepting connections' : c;
     };
     const finish = (r: ProbeResult) => {
       if (done) return;
@@ -58,6 +62,9 @@ export function probeContainerd(root: string, socket: string, timeoutMs: number,
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
       session.destroy();
+      // Closed here too, not only through the session: a probe every interval against a hung
+      // containerd must never leave a descriptor behind (test: host-runtime, descriptors).
+      sock?.destroy();
       resolve(r);
     };
     const onAbort = () => finish({ kind: 'bad', detail: 'aborted' });

@@ -2,10 +2,10 @@
 import { scanProcesses } from '../../sources/host/procs.ts';
 import type { HostCheck } from '../host-check.ts';
 import { checkDiskLatency, checkFilesystems, checkIoDelays, type DiskCounters } from './checks.ts';
-import type { StorageConfig } from './config.ts';
+import type { StorageConfig } from '../../config/index.ts';
 import { blockDevices, delayAcctEnabled, readDiskstats, readFilesystems, type StatfsFn } from './read.ts';
 
-export { storageConfigSchema, type StorageConfig } from './config.ts';
+export { storageConfigSchema, type StorageConfig } from '../../config/index.ts';
 export type { StatfsFn } from './read.ts';
 
 export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = {}): HostCheck[] {

@@ -1,14 +1,133 @@
 /**
- * Which Xids are fatal: one default list shared by the kernel-log rules and the NVML event path,
- * so the same fault seen both ways gets the same reason. Operators override it with `xid.fatal`.
+ * The Xid policy: the one place that decides what an Xid means. The kernel-log rule (NVRM Xid
+ * lines, "fallen off the bus") and the NVML event path both collect what they saw as XidEvidence
+ * and call decideXid(), so the same fault gets the same reason, severity and entity whichever way
+ * it arrived. Operators override the fatal list with `xid.fatal` and mute Xids with `xid.ignore`.
  */
 import { Counter, type Registry } from 'prom-client';
-import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
+import type { Entity, Finding, FindingSink, Monitor } from '../../api/types.ts';
+import { entityOf } from '../gpu/inventory.ts';
 
-/** The EKS fatal Xid list without 63 (NVIDIA classes row-remap events as IGNORE; NVML judges them). */
-export const DEFAULT_FATAL_XIDS: readonly number[] = [
-  46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158,
-];
+/** The default of `xid.fatal`, defined with the config schema (which imports nothing from monitors). */
+export { DEFAULT_FATAL_XIDS } from '../../config/xid.ts';
+
+/** nvmlDeviceGpuRecoveryAction values (NVML field 230; the hex value in an Xid 154 line). */
+export const RECOVERY_ACTION_NAMES: Record<number, string> = {
+  0: 'none',
+  1: 'GPU reset',
+  2: 'node reboot',
+  3: 'drain P2P',
+  4: 'drain and reset',
+  5: 'recover IMEX domain',
+};
+
+/** Recovery actions that mean the GPU is unusable until reset or reboot: GPU reset, node reboot, drain and reset. */
+export const DEFAULT_RECOVERY_ACTIONS_FATAL: readonly number[] = [1, 2, 4];
+
+/** The names an Xid 154 line prints in parentheses, for lines whose hex value is missing. */
+const RECOVERY_ACTION_TEXT: Record<string, number> = {
+  none: 0,
+  'gpu reset required': 1,
+  'node reboot required': 2,
+  'drain p2p': 3,
+  'drain and reset': 4,
+  'recover imex domain': 5,
+};
+
+/** NVLink5 Xids (Blackwell): the line says Fatal or Nonfatal after the sub-component. */
+export const NVLINK5_XIDS = { first: 144, last: 150 } as const;
+/** GPU_RECOVERY_ACTION_CHANGED: the line (or NVML field 230) gives the action now in force. */
+export const RECOVERY_ACTION_XID = 154;
+
+/** A catalog reason (ReasonName): the severity is in the name. */
+export type XidReason = `NvidiaXID${number}Error` | `NvidiaXID${number}Warning`;
+
+/** What a path saw of one Xid. Absent sub-decode fields mean "not seen", never "benign". */
+export interface XidEvidence {
+  code: number;
+  /** The GPU's PCI address in any form (`PCI:0000:B3:00`, `00000000:b3:00.0`); null when unknown. */
+  pci: string | null;
+  /** NVML index: names the GPU when its PCI address is unknown. */
+  index?: number;
+  /** Xid 144-150: the severity token of the line. NVML events do not carry it. */
+  nvlinkSeverity?: 'Fatal' | 'Nonfatal';
+  /** Xid 154: the recovery action now in force (RECOVERY_ACTION_NAMES). */
+  recoveryAction?: number;
+}
+
+export interface XidPolicyConfig {
+  fatalXids: ReadonlySet<number> | readonly number[];
+  /** Default DEFAULT_RECOVERY_ACTIONS_FATAL. */
+  recoveryActionsFatal?: readonly number[];
+}
+
+export interface XidDecision {
+  reason: XidReason;
+  fatal: boolean;
+  entity: Entity;
+  /** Why it is (not) fatal, for messages: "in the fatal Xid list", "NVLink5 severity Fatal"... */
+  why: string;
+  /** The normalised PCI address, when known. */
+  pci: string | null;
+  /** xid, and each sub-decode that was seen. */
+  attrs: Record<string, string | number>;
+}
+
+/**
+ * Normalises a GPU PCI address to the form Xid lines use: lower case, no `PCI:` prefix, no
+ * function, 4-hex-digit domain. `PCI:0000:B3:00`, `00000000:b3:00.0` -> `0000:b3:00`.
+ */
+export function normalizePci(raw: string): string {
+  let s = raw.trim().toLowerCase();
+  if (s.startsWith('pci:')) s = s.slice(4);
+  s = s.replace(/\.[0-7]$/, '');
+  const parts = s.split(':');
+  if (parts.length === 3) parts[0] = parts[0].padStart(4, '0').slice(-4);
+  else if (parts.length === 2) parts.unshift('0000');
+  return parts.join(':');
+}
+
+const NVLINK5_TOKEN = /^\S+\s+(Fatal|Non-?fatal)\b/i;
+const RECOVERY_TO = /recovery action changed from .*? to (?:0x([0-9a-fA-F]+))?\s*(?:\(([^)]*)\))?/;
+
+/** The sub-decodes the text of an Xid line carries (the part after the code and pid/name). */
+export function xidDetailFromText(code: number, text: string): Pick<XidEvidence, 'nvlinkSeverity' | 'recoveryAction'> {
+  if (code >= NVLINK5_XIDS.first && code <= NVLINK5_XIDS.last) {
+    const t = NVLINK5_TOKEN.exec(text);
+    return t ? { nvlinkSeverity: t[1].toLowerCase() === 'fatal' ? 'Fatal' : 'Nonfatal' } : {};
+  }
+  if (code === RECOVERY_ACTION_XID) {
+    const a = RECOVERY_TO.exec(text);
+    const value = a?.[1] !== undefined ? parseInt(a[1], 16) : RECOVERY_ACTION_TEXT[a?.[2]?.trim().toLowerCase() ?? ''];
+    return value !== undefined ? { recoveryAction: value } : {};
+  }
+  return {};
+}
+
+/** Decides the reason, severity and entity of one Xid from what a path saw of it. */
+export function decideXid(e: XidEvidence, cfg: XidPolicyConfig): XidDecision {
+  const { code } = e;
+  const listed = Array.isArray(cfg.fatalXids) ? cfg.fatalXids.includes(code) : (cfg.fatalXids as ReadonlySet<number>).has(code);
+  const attrs: Record<string, string | number> = { xid: code };
+  let fatal = listed;
+  let why = listed ? 'in the fatal Xid list' : 'not in the fatal Xid list';
+  // A sub-decode the path saw wins over the list; without one, the list decides.
+  if (code >= NVLINK5_XIDS.first && code <= NVLINK5_XIDS.last && e.nvlinkSeverity) {
+    fatal = e.nvlinkSeverity === 'Fatal';
+    why = `NVLink5 severity ${e.nvlinkSeverity}`;
+    attrs.nvlinkSeverity = e.nvlinkSeverity;
+  } else if (code === RECOVERY_ACTION_XID && e.recoveryAction !== undefined) {
+    const a = e.recoveryAction;
+    fatal = (cfg.recoveryActionsFatal ?? DEFAULT_RECOVERY_ACTIONS_FATAL).includes(a);
+    why = `recovery action ${RECOVERY_ACTION_NAMES[a] ?? `action ${a}`} (${a})`;
+    attrs.recoveryAction = a;
+  }
+  const pci = e.pci ? normalizePci(e.pci) : null;
+  if (pci) attrs.pci = pci;
+  const entity = pci || e.index !== undefined ? entityOf({ pci, index: e.index ?? -1 }) : '';
+  const reason: XidReason = fatal ? `NvidiaXID${code}Error` : `NvidiaXID${code}Warning`;
+  return { reason, fatal, entity, why, pci, attrs };
+}
 
 /** Whether a finding is an Xid the operator chose not to hear about. */
 export function isIgnoredXid(f: Finding, ignore: ReadonlySet<number>): boolean {
@@ -30,6 +149,7 @@ export function withIgnoredXids(monitor: Monitor, ignore: readonly number[], reg
       return monitor.start({
         finding: (f) => (isIgnoredXid(f, set) ? counter.inc({ why: 'ignored_xid' }) : out.finding(f)),
         healthy: (h) => out.healthy(h),
+        source: (r) => out.source(r),
       });
     },
     stop: () => monitor.stop(),

@@ -1,16 +1,20 @@
 /**
- * The agent's local HTTP endpoints: /metrics (Prometheus), /healthz (liveness, with each
- * source's state), /conditions (current node health as JSON).
+ * The agent's local HTTP endpoints: /metrics (Prometheus), /healthz (503 while a source cannot
+ * see or a part failed, 200 "degraded" while something was lost, with each component's state),
+ * /livez (200 while the process serves: for a liveness probe that must not restart a blind agent
+ * forever), /conditions (current node health as JSON).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { NodeHealth } from '../../api/types.ts';
+import type { ComponentHealth } from '../../health/index.ts';
+import { errorMessage } from '../../util/errors.ts';
 
 export interface StatusProvider {
   health(): NodeHealth;
-  /** Per-component state for /healthz, e.g. {kmsg: 'ok', nvml: 'disabled'}. */
-  components(): Record<string, string>;
+  /** The agent's own health for /healthz. */
+  agentHealth(): { status: 'ok' | 'degraded' | 'failed'; components: Record<string, ComponentHealth> };
 }
 
 export class HttpServer {
@@ -41,15 +45,19 @@ export class HttpServer {
       switch (url.pathname) {
         case '/metrics':
           return send(res, 200, this.registry.contentType, await this.registry.metrics());
-        case '/healthz':
-          return send(res, 200, 'application/json', JSON.stringify({ status: 'ok', components: this.status.components() }) + '\n');
+        case '/healthz': {
+          const h = this.status.agentHealth();
+          return send(res, h.status === 'failed' ? 503 : 200, 'application/json', JSON.stringify(h) + '\n');
+        }
+        case '/livez':
+          return send(res, 200, 'text/plain', 'ok\n');
         case '/conditions':
           return send(res, 200, 'application/json', JSON.stringify(this.status.health(), null, 2) + '\n');
         default:
-          return send(res, 404, 'text/plain', 'not found: try /conditions, /metrics or /healthz\n');
+          return send(res, 404, 'text/plain', 'not found: try /conditions, /metrics, /healthz or /livez\n');
       }
     } catch (err) {
-      send(res, 500, 'text/plain', `${(err as Error).message}\n`);
+      send(res, 500, 'text/plain', `${errorMessage(err)}\n`);
     }
   }
 

@@ -5,6 +5,8 @@
 import { existsSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
 import { IN_CLUSTER_TOKEN } from './detect.ts';
+import { VERSION } from '../../util/version.ts';
+import { errorMessage } from '../../util/errors.ts';
 
 export { kubeConfigAvailable, resolveNodeName } from './detect.ts';
 
@@ -14,12 +16,42 @@ export interface KubeClients {
   server: string;
 }
 
+/** Sent on every request, so audit logs and API Priority and Fairness can tell Vigil apart. */
+export const USER_AGENT = `vigil/${VERSION}`;
+
+const userAgent: k8s.ObservableMiddleware = {
+  pre: (ctx) => {
+    ctx.setHeaderParam('User-Agent', USER_AGENT);
+    return new k8s.Observable(Promise.resolve(ctx));
+  },
+  post: (res) => new k8s.Observable(Promise.resolve(res)),
+};
+
+/**
+ * kc.makeApiClient with the User-Agent middleware added: without it node-fetch sends its own
+ * `node-fetch/1.0`. Per-request options append their middleware to this one (requestOptions).
+ */
+function makeApiClient<T extends k8s.ApiType>(kc: k8s.KubeConfig, api: k8s.ApiConstructor<T>): T {
+  const cluster = kc.getCurrentCluster();
+  if (!cluster) throw new Error('the kubeconfig has no current cluster');
+  const config = k8s.createConfiguration({
+    baseServer: new k8s.ServerConfiguration(cluster.server, {}),
+    authMethods: { default: kc },
+    middleware: [userAgent],
+  });
+  return new api(config);
+}
+
 export function makeClients(kubeconfig?: string): KubeClients {
   const kc = new k8s.KubeConfig();
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
   else kc.loadFromDefault();
-  return { core: kc.makeApiClient(k8s.CoreV1Api), events: kc.makeApiClient(k8s.EventsV1Api), server: kc.getCurrentCluster()?.server ?? '' };
+  return {
+    core: makeApiClient(kc, k8s.CoreV1Api),
+    events: makeApiClient(kc, k8s.EventsV1Api),
+    server: kc.getCurrentCluster()?.server ?? '',
+  };
 }
 
 export interface ApiFailure {
@@ -33,15 +65,17 @@ export function toFailure(err: unknown): ApiFailure {
   if (err instanceof k8s.ApiException) {
     let message = String(err.message);
     try {
-      const body = typeof err.body === 'string' ? JSON.parse(err.body) : err.body;
-      if (body?.message) message = body.message;
+      const body: unknown = typeof err.body === 'string' ? JSON.parse(err.body) : err.body;
+      if (typeof body === 'object' && body !== null && 'message' in body && typeof body.message === 'string' && body.message) {
+        message = body.message;
+      }
     } catch {
       /* body was not JSON */
     }
     const ra = Number(err.headers?.['retry-after']);
     return { status: err.code, message, ...(Number.isFinite(ra) && ra > 0 ? { retryAfterMs: ra * 1000 } : {}) };
   }
-  return { status: 0, message: (err as Error)?.message ?? String(err) };
+  return { status: 0, message: errorMessage(err) };
 }
 
 /**
@@ -74,8 +108,8 @@ export async function withDeadline<T>(
   try {
     return await send(requestOptions(ms, contentType));
   } catch (err) {
-    if ((err as Error)?.name === 'AbortError' || (err as Error)?.name === 'TimeoutError')
-      throw new Error(`${what} timed out after ${ms} ms`);
+    const name = typeof err === 'object' && err !== null && 'name' in err ? err.name : undefined;
+    if (name === 'AbortError' || name === 'TimeoutError') throw new Error(`${what} timed out after ${ms} ms`, { cause: err });
     throw err;
   }
 }

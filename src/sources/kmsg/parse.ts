@@ -121,6 +121,77 @@ export function detectFormat(sampleLines: readonly string[]): LogFormat {
   return best === kmsg ? 'kmsg' : best === dmesg ? 'dmesg' : 'syslog';
 }
 
+/** What one line of a log file is: a line in one of the formats, the rest of the previous line, or blank. */
+export type LineKind = LogFormat | 'continuation' | 'blank';
+
+/** Tells the format of one line by itself, so a file that mixes formats loses no line. */
+export function lineKind(line: string): LineKind {
+  if (typeof line !== 'string' || line.trim() === '') return 'blank';
+  const c = line.charCodeAt(0);
+  if (c === 0x20 || c === 0x09) return 'continuation';
+  const head = line.slice(0, 128);
+  if (KMSG_HEAD.test(head)) return 'kmsg';
+  if (DMESG.test(head)) return 'dmesg';
+  if (SYSLOG.test(head)) return 'syslog';
+  return 'plain';
+}
+
+/** A " KEY=VALUE" line that belongs to the kmsg record above it. */
+export function isKmsgField(line: string): boolean {
+  return /^ [A-Za-z0-9_]+=/.test(line);
+}
+
+/**
+ * When a line was logged, as far as its format says. `uptime`: ms since boot (kmsg, dmesg
+ * "[secs]"); `wall`: ms since the epoch (dmesg -T, RFC 3339 syslog; a time without a zone is read
+ * as UTC: only the gaps between lines matter); `yearless`: a classic syslog "Aug 30 11:43:09",
+ * as ms since the epoch of that date in the year 2000 (a leap year, so Feb 29 exists).
+ */
+export type LineTime = { kind: 'uptime' | 'wall' | 'yearless'; ms: number };
+
+const MONTHS = 'JanFebMarAprMayJunJulAugSepOctNovDec';
+const DMESG_TIME = /^(?:<\d{1,3}>)?\[\s*(?:(\d{1,12})\.(\d{1,9})|[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ \d]?\d) (\d\d):(\d\d):(\d\d) (\d{4}))\]/;
+const SYSLOG_TIME = /^(?:([A-Z][a-z]{2}) ([ \d]?\d) (\d\d):(\d\d):(\d\d)|(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))) /;
+
+/** The time a line carries in its format; undefined when it carries none (plain text, continuations). */
+export function lineTime(line: string, format: LogFormat): LineTime | undefined {
+  if (typeof line !== 'string') return undefined;
+  const head = line.slice(0, 128);
+  switch (format) {
+    case 'kmsg': {
+      const m = /^\d{1,3},\d{1,20},(\d{1,20}),/.exec(head);
+      const usec = m ? Number(m[1]) : NaN;
+      return Number.isSafeInteger(usec) ? { kind: 'uptime', ms: usec / 1000 } : undefined;
+    }
+    case 'dmesg': {
+      const m = DMESG_TIME.exec(head);
+      if (!m) return undefined;
+      if (m[1] !== undefined) return { kind: 'uptime', ms: Number(m[1]) * 1000 + Number(`0.${m[2]}`) * 1000 };
+      const ms = utc(Number(m[8]), m[3], m[4], m[5], m[6], m[7]);
+      return ms === undefined ? undefined : { kind: 'wall', ms };
+    }
+    case 'syslog': {
+      const m = SYSLOG_TIME.exec(head);
+      if (!m) return undefined;
+      if (m[6] !== undefined) {
+        const ms = Date.parse(m[6]);
+        return Number.isFinite(ms) ? { kind: 'wall', ms } : undefined;
+      }
+      const ms = utc(2000, m[1], m[2], m[3], m[4], m[5]);
+      return ms === undefined ? undefined : { kind: 'yearless', ms };
+    }
+    default:
+      return undefined;
+  }
+}
+
+function utc(year: number, mon: string, day: string, h: string, m: string, s: string): number | undefined {
+  const month = MONTHS.indexOf(mon);
+  if (month < 0 || month % 3 !== 0) return undefined;
+  const ms = Date.UTC(year, month / 3, Number(day), Number(h), Number(m), Number(s));
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
 /** Extracts the kernel message from one line of a log file; null for blank or non-matching lines. */
 export function parseLine(line: string, format: LogFormat): LogLine | null {
   if (typeof line !== 'string') return null;

@@ -2,17 +2,22 @@
  * Reads kernel log records from /dev/kmsg as they arrive.
  *
  * The fd is opened O_RDONLY|O_NONBLOCK; each readSync returns exactly one record (the buffer must
- * be >= 8 KiB or the kernel drops the record with EINVAL). Records are drained in bounded batches
- * until EAGAIN, yielding to the event loop between batches; then a Waiter (a worker blocked in
- * poll(2), see wait.ts) says when more arrive, so a quiet log costs nothing on the main thread.
+ * be >= 8 KiB or the kernel drops the record with EINVAL). Each turn of the event loop reads all
+ * the kernel has (up to READ_AHEAD records kept in memory) and delivers one bounded batch, so the
+ * ring is emptied at read speed while classification of a burst proceeds batch by batch, without
+ * starving the HTTP server; when all is delivered, a Waiter (a worker blocked in poll(2), see
+ * wait.ts) says when more arrive, so a quiet log costs nothing on the main thread.
  * EPIPE means the ring overwrote records we had not read: the gap is counted from sequence
  * numbers and reading continues from the oldest record left.
  *
  * Resume: with a cursor from this boot, records with seq <= cursor.seq are skipped (never
- * replayed) and any gap after it is counted as lost. Without a cursor only records from the last
- * `lookbackMs` are delivered; with a cursor from an earlier boot nothing of this boot has been
- * seen, so by default the whole ring is delivered (`newBootLookbackMs`, default Infinity): after
- * a repair reboot the boot-time faults (a GPU that fails to initialise) are the ones that matter.
+ * replayed) and any gap after it is counted as lost; a cursor from this boot with seq -1 ("nothing
+ * of this boot kept": the state store's answer when the state file was lost on this boot) reads
+ * the whole ring, so a fault older than the lookback is not forgotten. Without a cursor only
+ * records from the last `lookbackMs` are delivered; with a cursor from an earlier boot nothing of
+ * this boot has been seen, so by default the whole ring is delivered (`newBootLookbackMs`, default
+ * Infinity): after a repair reboot the boot-time faults (a GPU that fails to initialise) are the
+ * ones that matter.
  * Lookback 0 skips everything already in the ring when reading starts (like lseek SEEK_END); the
  * records of that first drain are told apart by position, not by clock, because the printk clock
  * and the system's monotonic clock drift apart over a long uptime.
@@ -44,7 +49,7 @@ export interface KmsgReaderOptions {
   lookbackMs?: number;
   /** With a cursor from an earlier boot (default Infinity = the whole ring). */
   newBootLookbackMs?: number;
-  /** Records per batch before yielding to the event loop (default 512). */
+  /** Records per batch before yielding to the event loop (default 64). */
   batchSize?: number;
   /** How to wait for data: 'auto' tries the poll worker and falls back to 'interval'. */
   wait?: 'auto' | 'poll' | 'interval';
@@ -62,6 +67,12 @@ export interface KmsgReaderOptions {
 }
 
 const READ_BUFFER = 16 * 1024;
+/**
+ * Records read but not yet delivered, at most. More than a default ring holds (4096 records with
+ * a 128 KiB log buffer), so a burst moves from the ring to memory at read speed (a few µs a
+ * record) instead of waiting on classification and overrunning the ring.
+ */
+const READ_AHEAD = 8192;
 const DEFAULT_LOOKBACK_MS = 5 * 60_000;
 /** Wait after a read error other than EAGAIN/EPIPE before trying again. */
 const ERROR_BACKOFF_MS = 1000;
@@ -106,6 +117,8 @@ export class KmsgReader {
   private waiter: Waiter | undefined;
   private running = false;
   private draining = false;
+  /** Read ahead of delivery, oldest first. */
+  private backlog: KmsgRecord[] = [];
   private immediate: NodeJS.Immediate | undefined;
   private retry: NodeJS.Timeout | undefined;
 
@@ -113,7 +126,7 @@ export class KmsgReader {
     this.path = opts.path ?? '/dev/kmsg';
     this.io = opts.io ?? realIo;
     this.bootId = opts.bootId ?? readBootId();
-    this.batchSize = Math.max(1, opts.batchSize ?? 512);
+    this.batchSize = Math.max(1, opts.batchSize ?? 64);
     this.now = opts.now ?? Date.now;
     const sameBoot = opts.cursor !== undefined && opts.cursor.bootId === this.bootId;
     this.lastSeq = sameBoot ? opts.cursor!.seq : -1;
@@ -126,9 +139,9 @@ export class KmsgReader {
     return this.waiter?.mode;
   }
 
-  /** The position to persist: the last record read in this boot (seq -1 before any). */
+  /** The position to persist: the last record handled in this boot (seq -1 before any); never past one read but not delivered. */
   cursor(): KmsgCursor {
-    return { bootId: this.bootId, seq: this.lastSeq };
+    return { bootId: this.bootId, seq: this.backlog.length ? this.backlog[0].seq - 1 : this.lastSeq };
   }
 
   /**
@@ -152,6 +165,9 @@ export class KmsgReader {
     this.minTsUsec = this.lookbackMs === Infinity ? -1 : (uptimeMs - this.lookbackMs) * 1000;
     this.initial = true;
     this.liveFromSeq = Infinity;
+    // Records read ahead before a stop were never delivered: read them again.
+    this.lastSeq = this.cursor().seq;
+    this.backlog = [];
     this.running = true;
     this.waiter = this.makeWaiter();
     this.drain();
@@ -210,17 +226,17 @@ export class KmsgReader {
     this.waiter.arm();
   }
 
-  /** Reads one bounded batch; schedules the next batch or re-arms the waiter. */
+  /** Reads what is there (bounded), delivers one batch; schedules the next turn or re-arms the waiter. */
   private drain(): void {
     this.immediate = undefined;
     if (!this.running || this.draining) return;
     this.draining = true;
-    const batch: KmsgRecord[] = [];
+    const backlog = this.backlog;
     let more = true;
     let failed = false;
     try {
       // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
-      for (let i = 0; i < this.batchSize * 2 && batch.length < this.batchSize; i++) {
+      for (let i = 0; i < READ_AHEAD * 2 && backlog.length < READ_AHEAD; i++) {
         let n: number;
         try {
           n = this.io.read(this.fd, this.buf);
@@ -242,7 +258,7 @@ export class KmsgReader {
           more = false;
           break;
         }
-        this.accept(this.buf.toString('utf8', 0, n), batch);
+        this.accept(this.buf.toString('utf8', 0, n), backlog);
       }
     } catch (err) {
       more = false;
@@ -251,9 +267,9 @@ export class KmsgReader {
     } finally {
       this.draining = false;
     }
-    if (batch.length) this.deliver(batch);
+    if (backlog.length) this.deliver(backlog.splice(0, this.batchSize));
     if (!this.running) return;
-    if (more) this.immediate = setImmediate(() => this.drain());
+    if (more || (this.backlog.length && !failed)) this.immediate = setImmediate(() => this.drain());
     // A device that keeps failing also keeps polling readable: back off instead of spinning.
     else if (failed)
       this.retry = setTimeout(() => {

@@ -2,8 +2,9 @@
  * Waiting for /dev/kmsg to become readable without a timer and without holding a libuv pool
  * thread. Node cannot watch a character device (fs.watch/inotify never fires for kernel printk,
  * net.Socket rejects the fd as type FILE, a blocking read parks a pool thread), so a small
- * worker thread sits in libc poll(2) (via koffi) on the reader's fd plus an eventfd used to wake
- * it, and posts one message when data is there. The main thread drains with readSync and re-arms.
+ * worker thread sits in libc poll(2) (via koffi, declared in src/native/libc.ts) on the reader's
+ * fd plus an eventfd used to wake it, and posts one message when data is there. The main thread
+ * drains with readSync and re-arms.
  *
  * SAFETY: Node joins worker threads at exit, so a worker stuck in poll(2) would hang the process.
  * The eventfd is signalled on close() and from process 'exit'; poll also returns every
@@ -11,8 +12,8 @@
  * exit by at most that long.
  */
 import { closeSync, writeSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
+import { libc, pollWorkerLibc } from '../../native/index.ts';
 
 /** Tells the reader when to drain. `arm()` asks for one `onReady` call once data is readable. */
 export interface Waiter {
@@ -57,8 +58,8 @@ export class IntervalWaiter implements Waiter {
 const WORKER_SOURCE = `
 'use strict';
 const { parentPort, workerData } = require('node:worker_threads');
-const koffi = require(workerData.koffiPath);
-const poll = koffi.load('libc.so.6').func('int poll(void *fds, unsigned long nfds, int timeout)');
+const koffi = require(workerData.libc.koffiPath);
+const poll = koffi.load(workerData.libc.soname).func(workerData.libc.poll);
 const POLLIN = 0x1, POLLERR = 0x8, POLLHUP = 0x10, POLLNVAL = 0x20, EINTR = 4;
 const fds = Buffer.alloc(16); // struct pollfd { int fd; short events; short revents; } x 2
 function wait() {
@@ -106,14 +107,11 @@ export class PollWaiter implements Waiter {
     private readonly h: WaiterHandlers,
     safetyMs = 10_000,
   ) {
-    const require = createRequire(import.meta.url);
-    const koffiPath = require.resolve('koffi');
-    const koffi = require(koffiPath) as typeof import('koffi');
-    const eventfd = koffi.load('libc.so.6').func('int eventfd(unsigned int initval, int flags)') as (v: number, f: number) => number;
-    this.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (this.wakeFd < 0) throw new Error(`eventfd failed (errno ${koffi.errno()})`);
+    const c = libc();
+    this.wakeFd = c.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (this.wakeFd < 0) throw new Error(`eventfd failed (errno ${c.errno()})`);
     try {
-      this.worker = PollWaiter.spawn(koffiPath, fd, this.wakeFd, safetyMs);
+      this.worker = PollWaiter.spawn(fd, this.wakeFd, safetyMs);
     } catch (err) {
       closeSync(this.wakeFd);
       throw err;
@@ -128,10 +126,10 @@ export class PollWaiter implements Waiter {
     process.once('exit', this.onExit);
   }
 
-  private static spawn(koffiPath: string, fd: number, wakeFd: number, safetyMs: number): Worker {
+  private static spawn(fd: number, wakeFd: number, safetyMs: number): Worker {
     return new Worker(WORKER_SOURCE, {
       eval: true,
-      workerData: { koffiPath, fd, wakeFd, safetyMs },
+      workerData: { libc: pollWorkerLibc(), fd, wakeFd, safetyMs },
       // Plain CommonJS: do not inherit --import tsx and friends (faster start, less memory).
       execArgv: [],
       stdout: false,

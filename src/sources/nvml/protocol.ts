@@ -177,7 +177,7 @@ export interface NvmlEvent {
   eventData: number;
   gpuInstanceId: number;
   computeInstanceId: number;
-  /** For GpuRecoveryAction events: field 230 read right after the event. */
+  /** For GpuRecoveryAction and Xid 154 events: field 230 read right after the event. */
   recoveryAction: number | null;
   /** Milliseconds since the epoch when the wait returned it. */
   at: number;

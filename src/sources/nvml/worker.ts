@@ -443,7 +443,9 @@ function runEventsRole(init: WorkerInit): void {
     if (rc === NVML_RETURN.SUCCESS) {
       const type = Number(data.eventType ?? 0);
       let recoveryAction: number | null = null;
-      if (type & EVENT.GpuRecoveryAction && hit) {
+      // Xid 154 says the recovery action changed: read the new one, which its kernel line states.
+      const xid154 = (type & EVENT.XidCriticalError) !== 0 && Number(data.eventData ?? 0) === 154;
+      if ((type & EVENT.GpuRecoveryAction || xid154) && hit) {
         c.gpu = hit.dev.index;
         const fv: Partial<FieldValue> = { fieldId: FI_DEV_GET_GPU_RECOVERY_ACTION, scopeId: 0 };
         if (c.call('nvmlDeviceGetFieldValues', hit.handle, 1, fv) === 0 && fv.nvmlReturn === 0) recoveryAction = fieldValue(fv);

@@ -1,0 +1,53 @@
+# Vigil's node-agent image (a DaemonSet: deploy/helm/vigil).
+#
+#   build  compiles dist/ with the dev toolchain, then prunes node_modules to production
+#          dependencies and drops what Node never loads at run time (type declarations, source maps).
+#   final  Node 20, dist/, production node_modules and two host tools the monitors spawn:
+#            ethtool    networking monitor: ENA allowance counters come only from `ethtool -S`
+#            systemctl  runtime monitor: unit state and restart counts from the host's systemd,
+#                       over the host's D-Bus socket (`systemctl show`)
+#          No compiler, no npm, no npm cache, no source maps.
+#
+# Both images are build arguments, so a site can use its own mirror or a hardened base. The final
+# base must be Debian-like (apt-get, for the two tools) with Node 20 at /usr/local/bin/node.
+# test/deploy/image.test.ts builds this file with podman against a local Debian base that carries
+# this machine's Node (no registry is reachable there) and runs the result under chroot.
+ARG BUILD_IMAGE=docker.io/library/node:20-bookworm-slim
+ARG BASE_IMAGE=docker.io/library/node:20-bookworm-slim
+
+FROM ${BUILD_IMAGE} AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+# Install scripts stay off (koffi's would try to build); koffi's and esbuild's native code arrive as
+# optional dependencies. Where egress re-signs TLS, pass that CA: `--secret id=ca,src=ca.pem`.
+RUN --mount=type=secret,id=ca,target=/run/secrets/ca.pem \
+    if [ -s /run/secrets/ca.pem ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/ca.pem; fi \
+ && npm ci --ignore-scripts --no-audit --no-fund \
+ && npm cache clean --force
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+# tsx (with esbuild) is a dependency only so bin/vigil.js can run src/ when dist/ is missing; the
+# image has dist/ and no src/, so it goes.
+RUN npm run build \
+ && npm prune --omit=dev --ignore-scripts --no-audit --no-fund \
+ && rm -rf node_modules/tsx node_modules/esbuild node_modules/@esbuild \
+ && find node_modules \( -name '*.map' -o -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' \) -type f -delete
+
+FROM ${BASE_IMAGE}
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ethtool systemd \
+ && apt-get clean \
+ && rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/locale/* /var/lib/apt/lists/* /var/cache/apt /var/log/apt /var/log/dpkg.log \
+      /usr/local/lib/node_modules/npm /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \
+      /usr/local/bin/yarn /usr/local/bin/yarnpkg /opt/yarn-* /root/.npm
+WORKDIR /app
+COPY --from=build /src/package.json ./
+COPY --from=build /src/node_modules ./node_modules
+COPY --from=build /src/dist ./dist
+COPY bin ./bin
+# Root inside the container: /dev/kmsg is a root device and the state directory is a root-owned
+# hostPath. The chart takes every capability away except what the kernel log needs (see its values).
+USER 0:0
+ENV NODE_ENV=production
+ENTRYPOINT ["/usr/local/bin/node", "/app/bin/vigil.js"]
+CMD ["run"]

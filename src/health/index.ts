@@ -1,0 +1,1 @@
+export { HealthBoard, type ComponentHealth, type ComponentState } from './board.ts';

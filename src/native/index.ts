@@ -1,0 +1,1 @@
+export { libc, pollWorkerLibc, LOCK_EX, LOCK_NB, EINTR, EWOULDBLOCK, type Libc } from './libc.ts';

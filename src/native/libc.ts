@@ -1,0 +1,71 @@
+/**
+ * Every libc call Vigil makes, declared in one place and bound through koffi (NVML's calls live in
+ * src/sources/nvml/native.ts). libc is bound on first use, so commands that never need it
+ * (`vigil scan`, `vigil --help`) never load koffi.
+ *
+ * The kmsg poll worker runs in its own thread and binds poll(2) there; it gets the library name and
+ * the declaration from here (POLL_WORKER_LIBC) instead of spelling them itself.
+ */
+import { createRequire } from 'node:module';
+import type Koffi from 'koffi';
+import { errorMessage } from '../util/errors.ts';
+
+const LIBC_SONAME = 'libc.so.6';
+
+const DECLARATIONS = {
+  poll: 'int poll(void *fds, unsigned long nfds, int timeout)',
+  eventfd: 'int eventfd(unsigned int initval, int flags)',
+  flock: 'int flock(int fd, int operation)',
+  adjtimex: 'int adjtimex(void *buf)',
+  klogctl: 'int klogctl(int type, void *buf, int len)',
+} as const;
+
+/** flock(2) operations. */
+export const LOCK_EX = 2;
+export const LOCK_NB = 4;
+/** errno values Vigil tells apart (Linux, every architecture Vigil runs on). */
+export const EINTR = 4;
+export const EWOULDBLOCK = 11;
+
+export interface Libc {
+  eventfd(initval: number, flags: number): number;
+  flock(fd: number, operation: number): number;
+  adjtimex(buf: Buffer): number;
+  klogctl(type: number, buf: Buffer | null, len: number): number;
+  /** errno as the last call through koffi on this thread left it. */
+  errno(): number;
+}
+
+const require = createRequire(import.meta.url);
+let bound: { libc: Libc } | { error: Error } | undefined;
+
+/** libc's functions; throws (every time, with the first cause) when koffi or libc cannot be loaded. */
+export function libc(): Libc {
+  bound ??= bind();
+  if ('error' in bound) throw bound.error;
+  return bound.libc;
+}
+
+function bind(): { libc: Libc } | { error: Error } {
+  try {
+    const koffi = require('koffi') as typeof Koffi;
+    const lib = koffi.load(LIBC_SONAME);
+    const fn = <T>(name: keyof typeof DECLARATIONS): T => lib.func(DECLARATIONS[name]) as unknown as T;
+    return {
+      libc: {
+        eventfd: fn<Libc['eventfd']>('eventfd'),
+        flock: fn<Libc['flock']>('flock'),
+        adjtimex: fn<Libc['adjtimex']>('adjtimex'),
+        klogctl: fn<Libc['klogctl']>('klogctl'),
+        errno: () => koffi.errno(),
+      },
+    };
+  } catch (err) {
+    return { error: new Error(`cannot load ${LIBC_SONAME} through koffi: ${errorMessage(err)}`, { cause: err }) };
+  }
+}
+
+/** What the poll worker (plain CommonJS in a worker thread) needs to bind poll(2) itself. */
+export function pollWorkerLibc(): { koffiPath: string; soname: string; poll: string } {
+  return { koffiPath: require.resolve('koffi'), soname: LIBC_SONAME, poll: DECLARATIONS.poll };
+}

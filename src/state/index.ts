@@ -1,0 +1,1 @@
+export { StateStore, StateDirLockedError, type PersistedState, type StateStoreOptions, type LoadResult } from './store.ts';

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the repository's Dockerfile with podman on a machine that reaches no container registry
+# and cannot start OCI containers (crun/runc stop on setrlimit), then exports the image's filesystem
+# so a test can run it under chroot.
+#
+#   test/deploy/build-image.sh OUTDIR
+#
+# 1. A local base image standing in for node:20-bookworm-slim: Debian bookworm (minbase, from
+#    Debian's package mirror with debootstrap) plus this machine's own Node runtime (the binary at
+#    /usr/local/bin/node, npm, and any library `ldd` lists that the Debian base lacks). Cached as a
+#    tar under .cache/image/ and imported with `podman import`.
+# 2. `podman build --isolation=chroot` of the Dockerfile with that base for both build arguments
+#    (chroot isolation runs RUN steps without an OCI runtime).
+# 3. `podman create` + `podman export` into OUTDIR/rootfs.
+# Prints one JSON object on stdout: {image, sizeBytes, rootfs, entrypoint, cmd, user, env,
+# baseSeconds, buildSeconds}. Progress goes to stderr.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${1:?usage: build-image.sh OUTDIR}"
+CACHE="${VIGIL_CACHE_DIR:-$ROOT/.cache}/image"
+MIRROR="${VIGIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+IMAGE=localhost/vigil:test
+
+log() { printf '[build-image] %s\n' "$*" >&2; }
+die() { printf '[build-image] ERROR: %s\n' "$*" >&2; exit 1; }
+for tool in podman debootstrap node ldd; do command -v "$tool" >/dev/null || die "$tool not found (.ci/run installs podman and debootstrap)"; done
+
+NODE_BIN="$(readlink -f "$(command -v node)")"
+NODE_VERSION="$(node --version)"
+NPM_DIR="$(npm root -g)/npm"
+BASE_TAR="$CACHE/base-bookworm-node-${NODE_VERSION}.tar"
+BASE_IMAGE="localhost/vigil-base:bookworm-node-${NODE_VERSION#v}"
+mkdir -p "$CACHE" "$OUT"
+
+exec 9>"$CACHE/.lock"
+flock 9
+
+t0=$(date +%s)
+if [[ ! -s "$BASE_TAR" ]]; then
+  work="$(mktemp -d "$CACHE/base.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  log "debootstrap bookworm (minbase) from $MIRROR ..."
+  debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >&2 || die "debootstrap failed"
+  log "adding this machine's Node $NODE_VERSION ($NODE_BIN) and npm ($NPM_DIR)"
+  install -D -m 0755 "$NODE_BIN" "$work/rootfs/usr/local/bin/node"
+  mkdir -p "$work/rootfs/usr/local/lib/node_modules"
+  cp -a "$NPM_DIR" "$work/rootfs/usr/local/lib/node_modules/npm"
+  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$work/rootfs/usr/local/bin/npm"
+  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$work/rootfs/usr/local/bin/npx"
+  for lib in $(ldd "$NODE_BIN" | grep -o '/[^ ]*'); do
+    if [[ ! -e "$work/rootfs$lib" ]]; then
+      log "library from this machine: $lib"
+      install -D -m 0755 "$(readlink -f "$lib")" "$work/rootfs$lib"
+    fi
+  done
+  rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
+  tar -C "$work/rootfs" -cf "$BASE_TAR.tmp" . && mv -f "$BASE_TAR.tmp" "$BASE_TAR"
+  rm -rf "$work"
+  trap - EXIT
+fi
+if ! podman image exists "$BASE_IMAGE"; then
+  log "podman import $BASE_TAR -> $BASE_IMAGE"
+  podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["node"]' "$BASE_TAR" "$BASE_IMAGE" >&2
+fi
+t1=$(date +%s)
+
+log "podman build --isolation=chroot (BUILD_IMAGE=BASE_IMAGE=$BASE_IMAGE) ..."
+# This machine's egress re-signs TLS: hand npm the CA Node trusts here, as the Dockerfile allows.
+secret=()
+if [[ -s "${NODE_EXTRA_CA_CERTS:-}" ]]; then secret=(--secret "id=ca,src=$NODE_EXTRA_CA_CERTS"); fi
+podman build --isolation=chroot --pull=never "${secret[@]}" \
+  --build-arg "BUILD_IMAGE=$BASE_IMAGE" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+  -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" >&2 || die "podman build failed"
+t2=$(date +%s)
+
+rm -rf "$OUT/rootfs"; mkdir -p "$OUT/rootfs"
+cid="$(podman create "$IMAGE")"
+podman export "$cid" | tar -C "$OUT/rootfs" -xf -
+podman rm "$cid" >/dev/null
+# Each rebuild leaves the previous image and its build stage untagged (about 700 MB): drop them.
+podman image prune -f >/dev/null
+
+podman image inspect "$IMAGE" --format json | node -e '
+  const [img] = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const c = img.Config ?? {};
+  process.stdout.write(JSON.stringify({
+    image: process.argv[1], sizeBytes: img.Size, rootfs: process.argv[2],
+    entrypoint: c.Entrypoint ?? [], cmd: c.Cmd ?? [], user: c.User ?? "", env: c.Env ?? [],
+    baseSeconds: Number(process.argv[3]), buildSeconds: Number(process.argv[4]),
+  }) + "\n");' "$IMAGE" "$OUT/rootfs" "$((t1 - t0))" "$((t2 - t1))"
