@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, closeSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -122,7 +122,7 @@ function oldestSeq(): number {
 
 /** The sequence number of a marker record just written (the newest record carrying it). */
 function seqOf(token: string): number {
-  const fd = openSync('/dev/kmsg', 'r');
+  const fd = openSync('/dev/kmsg', constants.O_RDONLY | constants.O_NONBLOCK);
   let seq = -1;
   try {
     const buf = Buffer.alloc(8192);
