@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: check the generated catalog files, build dist/ (what bin/vigil.js runs, so the
-# end-to-end tests exercise the shipped build), type-check everything, then run every test file
-# with Node's built-in runner (Node 20 does not expand globs itself, so the shell does).
+# end-to-end tests exercise the shipped build), type-check, lint and format-check everything, then
+# run every test file with Node's built-in runner (Node 20 does not expand globs itself, so the shell does).
 #
 # Nothing may hang the run. Each file runs in its own process, and:
 # - Node's --test-timeout bounds each file as a whole (the runner kills its process, even one
@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 npx tsx scripts/gen-catalog.ts --check
 npm run -s build
 npx tsc -p tsconfig.json
+npx eslint . --max-warnings 0
+npx prettier --check 'src/**/*.ts' 'test/**/*.ts' 'bench/**/*.ts' 'scripts/**/*.ts'
 shopt -s globstar nullglob
 files=() slow=() ring=()
 for f in test/**/*.test.ts src/**/*.test.ts; do

@@ -7,6 +7,8 @@ import { LISTEN_FORMAT, parseListen } from '../config/listen.ts';
 import { VERSION } from '../util/version.ts';
 import type { StatusOptions } from './status-command.ts';
 import type { ScanOptions } from './scan-command.ts';
+import type { RunOptions } from './run-command.ts';
+import { errorMessage } from '../util/errors.ts';
 
 /** Exit status 2 is for bad input or arguments, everywhere. */
 export const EXIT_USAGE = 2;
@@ -28,7 +30,7 @@ export function buildProgram(): Command {
     .option('--npd-config <file>', 'node-problem-detector kernel-monitor JSON file (repeatable; adds to kernelLog.npdConfigs)', collect, [])
     .option('--node-name <name>', "this node's name (default: $NODE_NAME, then the host name)")
     .option('--kubeconfig <file>', 'kubeconfig to use instead of in-cluster configuration')
-    .action(async (opts) => {
+    .action(async (opts: RunOptions) => {
       const { runAgentCommand } = await import('./run-command.ts');
       process.exitCode = await runAgentCommand(opts);
     });
@@ -50,7 +52,7 @@ export function buildProgram(): Command {
     .command('catalog')
     .description('list every reason code with its condition, severity and recovery')
     .option('--json', 'machine-readable output')
-    .action(async (opts) => {
+    .action(async (opts: { json?: boolean }) => {
       const { runCatalogCommand } = await import('./catalog-command.ts');
       process.exitCode = runCatalogCommand(opts);
     });
@@ -84,7 +86,7 @@ export function buildProgram(): Command {
     .option('--json', 'machine-readable output')
     .option('--library <path>', 'NVML library to load (default libnvidia-ml.so.1)')
     .option('--sys-root <dir>', 'sysfs root (default /sys)')
-    .action(async (opts) => {
+    .action(async (opts: { json?: boolean; library?: string; sysRoot?: string }) => {
       const { runGpuCommand } = await import('./gpu-command.ts');
       process.exitCode = await runGpuCommand({ json: Boolean(opts.json), library: opts.library, sysRoot: opts.sysRoot });
     });
@@ -123,7 +125,7 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
       return;
     }
-    process.stderr.write(`vigil: ${(err as Error).message}\n`);
+    process.stderr.write(`vigil: ${errorMessage(err)}\n`);
     process.exitCode = EXIT_USAGE;
   }
 }

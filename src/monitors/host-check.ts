@@ -35,6 +35,11 @@ export interface HostCheck {
   run(ctx: CheckContext): Promise<CheckReport>;
 }
 
+/** Runs a synchronous check body the way an async `run` would: a throw becomes a rejection. */
+export function settle(body: () => CheckReport): Promise<CheckReport> {
+  return new Promise((resolve) => resolve(body()));
+}
+
 export const emptyReport = (status: CheckReport['status'] = 'ok'): CheckReport => ({ findings: [], healthy: [], status });
 
 /** Per-check timing from config. */

@@ -3,7 +3,8 @@
  * enabled check on the shared work queue and publishes reports to the FindingSink.
  *
  * Wiring:
- *   const queue = new WorkQueue({ registry, startupJitterMs: cfg.monitors.scheduler.startupJitter, jitter: cfg.monitors.scheduler.jitter });
+ *   const sched = cfg.monitors.scheduler;
+ *   const queue = new WorkQueue({ registry, startupJitterMs: sched.startupJitter, jitter: sched.jitter });
  *   const host = new HostMonitors(cfg.monitors, { scheduler: queue, log });
  *   queue.add({ name: 'gpu.poll', intervalMs, budgetMs, run: (signal) => ... }); // other pollers
  *   await host.start(sink); // adds its checks and starts the queue

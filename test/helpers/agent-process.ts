@@ -45,7 +45,7 @@ export async function startAgent(
       buf = buf.slice(i + 1);
       let line: Record<string, unknown>;
       try {
-        line = JSON.parse(text);
+        line = JSON.parse(text) as Record<string, unknown>;
       } catch {
         continue;
       }
@@ -93,7 +93,7 @@ export async function startAgent(
     async get(pathname: string) {
       const res = await fetch(`http://127.0.0.1:${port}${pathname}`);
       const text = await res.text();
-      return res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text;
+      return res.headers.get('content-type')?.includes('json') ? (JSON.parse(text) as unknown) : text;
     },
     async fetch(pathname: string) {
       const res = await fetch(`http://127.0.0.1:${port}${pathname}`);

@@ -80,7 +80,7 @@ function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<
 
 /** The ClusterRole rules deploy/rbac.yaml ships (tests derive reduced roles from them). */
 export function shippedClusterRoleRules(): k8s.V1PolicyRule[] {
-  const docs = YAML.parseAllDocuments(readFileSync(RBAC_YAML, 'utf8')).map((d) => d.toJS());
+  const docs = YAML.parseAllDocuments(readFileSync(RBAC_YAML, 'utf8')).map((d) => d.toJS() as { kind?: string; rules?: unknown } | null);
   const role = docs.find((d) => d?.kind === 'ClusterRole');
   if (!role) throw new Error(`${RBAC_YAML} has no ClusterRole`);
   return role.rules as k8s.V1PolicyRule[];
@@ -143,8 +143,8 @@ export async function startCluster(): Promise<TestCluster> {
 
   const apply = async (file: string): Promise<void> => {
     const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8'))
-      .map((d) => d.toJS())
-      .filter(Boolean);
+      .map((d) => d.toJS() as k8s.KubernetesObject | null)
+      .filter((d) => d !== null);
     for (const obj of docs) {
       try {
         await admin.objects.create(obj);
@@ -284,7 +284,7 @@ export function captureLog(level: pino.Level = 'debug'): { log: pino.Logger; lin
   const lines: Record<string, unknown>[] = [];
   const stream = new Writable({
     write(chunk, _enc, cb) {
-      for (const l of String(chunk).split('\n')) if (l.trim()) lines.push(JSON.parse(l));
+      for (const l of String(chunk).split('\n')) if (l.trim()) lines.push(JSON.parse(l) as Record<string, unknown>);
       cb();
     },
   });

@@ -10,6 +10,16 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'vigil-cli-'));
 
+/** One line of `vigil scan --json`. */
+interface ScanRow {
+  line: number;
+  reason: string;
+  severity: string;
+  condition: string;
+  message: string;
+  entity: string;
+}
+
 function vigil(args: string[], input?: string) {
   const r = spawnSync(process.execPath, [path.join(root, 'bin/vigil.js'), ...args], { encoding: 'utf8', input, timeout: 60_000 });
   return { code: r.status, out: r.stdout, err: r.stderr };
@@ -45,7 +55,7 @@ test('scan --json prints one object per finding with the line where it completed
   const rows = r.out
     .trim()
     .split('\n')
-    .map((l) => JSON.parse(l));
+    .map((l) => JSON.parse(l) as ScanRow);
   assert.deepEqual(
     rows.map((x) => [x.line, x.reason, x.severity, x.condition, x.entity]),
     [
@@ -63,10 +73,10 @@ test('scan reads syslog and raw kmsg records, and stdin', () => {
     'Dec  2 11:49:53 worker4 kernel: [  885.242168] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n',
   );
   const a = vigil(['scan', '--json', syslog]);
-  assert.equal(JSON.parse(a.out).reason, 'NvidiaGPUInitFailed');
+  assert.equal((JSON.parse(a.out) as ScanRow).reason, 'NvidiaGPUInitFailed');
   const b = vigil(['scan', '--json', '--format', 'kmsg', '-'], '3,1234,5678,-;nf_conntrack: nf_conntrack: table full, dropping packet\n');
   assert.equal(b.code, 0, b.err);
-  assert.equal(JSON.parse(b.out).reason, 'ConntrackExceededKernel');
+  assert.equal((JSON.parse(b.out) as ScanRow).reason, 'ConntrackExceededKernel');
 });
 
 test('scan exits 2 with a clear message on a missing file, a binary file or a bad format', () => {

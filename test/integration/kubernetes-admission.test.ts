@@ -22,27 +22,25 @@ async function patchCondition(kubeconfig: string, node: string): Promise<number>
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(kubeconfig);
   try {
-    await kc
-      .makeApiClient(k8s.CoreV1Api)
-      .patchNodeStatus(
-        {
-          name: node,
-          body: {
-            status: {
-              conditions: [
-                {
-                  type: 'KernelReady',
-                  status: 'True',
-                  reason: 'KernelIsReady',
-                  message: 'probe',
-                  lastTransitionTime: new Date().toISOString(),
-                },
-              ],
-            },
+    await kc.makeApiClient(k8s.CoreV1Api).patchNodeStatus(
+      {
+        name: node,
+        body: {
+          status: {
+            conditions: [
+              {
+                type: 'KernelReady',
+                status: 'True',
+                reason: 'KernelIsReady',
+                message: 'probe',
+                lastTransitionTime: new Date().toISOString(),
+              },
+            ],
           },
         },
-        smp,
-      );
+      },
+      smp,
+    );
     return 200;
   } catch (err) {
     if (err instanceof k8s.ApiException) return err.code;

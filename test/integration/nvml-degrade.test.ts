@@ -78,7 +78,10 @@ test('GPUs present but no NVML library: the source reports itself blind (Unknown
     assert.equal(s.up, false);
     assert.equal(s.reason, 'NvidiaMonitoringUnavailable');
     assert.deepEqual(s.conditions, ['AcceleratedHardwareReady']);
-    assert.match(s.message ?? '', /^2 NVIDIA GPUs are on the PCI bus but NVML cannot be loaded: cannot load .*missing\/libnvidia-ml\.so\.1/);
+    assert.match(
+      s.message ?? '',
+      /^2 NVIDIA GPUs are on the PCI bus but NVML cannot be loaded: cannot load .*missing\/libnvidia-ml\.so\.1/,
+    );
     assert.equal(monitor.snapshot().nvmlUsable, false);
     assert.equal(monitor.snapshot().events.status, 'off');
   } finally {

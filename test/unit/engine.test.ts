@@ -184,7 +184,7 @@ test('state survives a restart on the same boot with the same transition time', 
   a.engine.finding(a.f('NvidiaXID79Error', 'gpu:0000:b3:00'));
   a.engine.finding(a.f('SoftLockup'));
   const before = a.cond('AcceleratedHardwareReady');
-  const snap = JSON.parse(JSON.stringify(a.engine.snapshot()));
+  const snap = JSON.parse(JSON.stringify(a.engine.snapshot())) as EngineOptions['restored'];
   a.advance(3600_000);
   const b = setup({ restored: snap });
   const after = b.cond('AcceleratedHardwareReady');

@@ -27,13 +27,14 @@ export const cleared = (r: CheckReport) => r.healthy.flatMap((h) => h.reasons.ma
  * `systemctl show ...` → systemctl-show.txt. `at.root` says which scenario is current.
  */
 export function fakeExec(at: { root: string }, calls: string[][] = []): ExecFn {
-  return async (file, args) => {
+  return (file, args) => {
     calls.push([file, ...args]);
     const name = path.basename(file) === 'systemctl' ? 'systemctl-show.txt' : `ethtool-S-${args[1]}.txt`;
     try {
-      return { code: 0, stdout: readFileSync(path.join(at.root, 'exec', name), 'utf8'), stderr: '', truncated: false, timedOut: false };
+      const stdout = readFileSync(path.join(at.root, 'exec', name), 'utf8');
+      return Promise.resolve({ code: 0, stdout, stderr: '', truncated: false, timedOut: false });
     } catch {
-      return { code: 1, stdout: '', stderr: `no fixture ${name}`, truncated: false, timedOut: false };
+      return Promise.resolve({ code: 1, stdout: '', stderr: `no fixture ${name}`, truncated: false, timedOut: false });
     }
   };
 }

@@ -7,8 +7,8 @@ import { check, cleared, ctx, found, fx } from './host-helpers.ts';
 
 const cfg = kernelConfigSchema.parse({});
 const fakeSys = (timex?: TimexSample, klog: (string | undefined)[] = []): KernelSyscalls => ({
-  timex: async () => timex,
-  klog: async () => klog.shift(),
+  timex: () => Promise.resolve(timex),
+  klog: () => Promise.resolve(klog.shift()),
 });
 
 test('limits: PID and file-handle headroom', async () => {

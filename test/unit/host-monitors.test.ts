@@ -9,8 +9,8 @@ import { lookupReason } from '../../src/catalog/index.ts';
 import type { StatfsFn } from '../../src/monitors/storage/index.ts';
 import { fakeExec, fx, RecordingSink } from './host-helpers.ts';
 
-const statfs: StatfsFn = async () => ({ blocks: 100, bfree: 2, bavail: 2, files: 100, ffree: 1 });
-const kernel = { timex: async () => ({ status: 0x40, state: 5, maxErrorUs: 16e6 }), klog: async () => undefined };
+const statfs: StatfsFn = () => Promise.resolve({ blocks: 100, bfree: 2, bavail: 2, files: 100, ffree: 1 });
+const kernel = { timex: () => Promise.resolve({ status: 0x40, state: 5, maxErrorUs: 16e6 }), klog: () => Promise.resolve(undefined) };
 
 test('config: every field has a default; durations, regexes and budgets are validated', () => {
   const cfg = hostMonitorsConfigSchema.parse({});
@@ -62,7 +62,7 @@ test('a faulty host: findings reach the sink and every reason is in the catalog'
   });
   const hm = new HostMonitors(cfg, {
     registry,
-    deps: { kernel, statfs, exec: fakeExec({ root }), lookup: async () => 'ENOTFOUND', env: {} },
+    deps: { kernel, statfs, exec: fakeExec({ root }), lookup: () => Promise.resolve('ENOTFOUND'), env: {} },
   });
   hm.start(sink);
   const records = await hm.runOnce();
@@ -99,7 +99,7 @@ test('a faulty host: findings reach the sink and every reason is in the catalog'
 test('an overrunning check is reported as MonitorCheckTimeout and its late report dropped', async () => {
   const sink = new RecordingSink();
   let release!: (v: undefined) => void;
-  const hang = { timex: () => new Promise<undefined>((r) => (release = r)), klog: async () => undefined };
+  const hang = { timex: () => new Promise<undefined>((r) => (release = r)), klog: () => Promise.resolve(undefined) };
   const cfg = hostMonitorsConfigSchema.parse({
     hostRoot: fx('healthy'),
     kernel: { checks: { clock: { interval: '1m', budget: '20ms' } } },
@@ -120,7 +120,7 @@ test('an overrunning check is reported as MonitorCheckTimeout and its late repor
 
 test('a shared queue keeps other pollers; stop() removes only the host checks', async () => {
   const queue = new WorkQueue({ startupJitterMs: 60_000 });
-  queue.add({ name: 'gpu.poll', intervalMs: 60_000, budgetMs: 5_000, run: async () => undefined });
+  queue.add({ name: 'gpu.poll', intervalMs: 60_000, budgetMs: 5_000, run: () => Promise.resolve(undefined) });
   const hm = new HostMonitors(hostMonitorsConfigSchema.parse({ storage: { enabled: false } }), { scheduler: queue });
   hm.start(new RecordingSink());
   assert.ok(queue.names().includes('gpu.poll') && queue.names().includes('kernel.limits'));

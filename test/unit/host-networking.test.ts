@@ -107,7 +107,7 @@ test('rdma: port state and error counter growth', async () => {
 
 test('dns: API server name from config, service env or kubelet kubeconfig; IPs are skipped', async () => {
   const asked: string[] = [];
-  const failing = async (host: string) => (asked.push(host), 'ENOTFOUND');
+  const failing = (host: string) => Promise.resolve((asked.push(host), 'ENOTFOUND'));
   const c = check(networkingChecks(cfg, { lookup: failing, env: { KUBERNETES_SERVICE_HOST: '10.100.0.1' } }), 'networking.dns');
   const bad = await c.run(ctx(fx('healthy')));
   assert.deepEqual(found(bad), ['DNSResolutionFailed']);
@@ -117,7 +117,7 @@ test('dns: API server name from config, service env or kubelet kubeconfig; IPs a
     'kubeconfig server (URL lower-cases it), two attempts',
   );
   const byEnv = check(
-    networkingChecks(cfg, { lookup: async () => undefined, env: { KUBERNETES_SERVICE_HOST: 'api.example.internal' } }),
+    networkingChecks(cfg, { lookup: () => Promise.resolve(undefined), env: { KUBERNETES_SERVICE_HOST: 'api.example.internal' } }),
     'networking.dns',
   );
   assert.deepEqual(cleared(await byEnv.run(ctx(fx('empty')))), ['DNSResolutionFailed']);

@@ -11,13 +11,14 @@ const cfg = storageConfigSchema.parse({});
 /** statfs stand-in: `used` fraction of blocks and inodes. */
 const fakeStatfs =
   (used: number, inodes = used): StatfsFn =>
-  async () => ({
-    blocks: 1000,
-    bfree: 1000 - used * 1000,
-    bavail: 1000 - used * 1000,
-    files: 100,
-    ffree: 100 - inodes * 100,
-  });
+  () =>
+    Promise.resolve({
+      blocks: 1000,
+      bfree: 1000 - used * 1000,
+      bavail: 1000 - used * 1000,
+      files: 100,
+      ffree: 100 - inodes * 100,
+    });
 
 test('filesystems: healthy mounts clear read-only and usage reasons, per mount', async () => {
   const c = check(storageChecks(cfg, { statfs: fakeStatfs(0.5) }), 'storage.filesystems');
@@ -49,9 +50,7 @@ test('filesystems: read-only kubelet mount, full disk and inodes', async () => {
 });
 
 test('filesystems: a hung statfs leaves the read-only verdict', async () => {
-  const hung: StatfsFn = async () => {
-    throw new Error('statfs timed out');
-  };
+  const hung: StatfsFn = () => Promise.reject(new Error('statfs timed out'));
   const r = await check(storageChecks(cfg, { statfs: hung }), 'storage.filesystems').run(ctx(fx('faulty')));
   assert.deepEqual(found(r), ['FilesystemReadOnly mount:/var/lib/kubelet']);
 });

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { WorkQueue, type QueueClock, type RunRecord } from '../../src/scheduler/work-queue.ts';
+import { abortReason } from '../../src/util/errors.ts';
 
 /** A manual clock: timers fire only when the test advances time. */
 class FakeClock implements QueueClock {
@@ -48,7 +49,7 @@ test('first runs are spread by startup jitter and every later run is jittered', 
   // add() draws a, b, c startup offsets; each reschedule draws the next value.
   const q = new WorkQueue({ clock, random: sequence(0.1, 0.5, 0.9, 1, 0, 0.75), startupJitterMs: 1000, jitter: 0.1 });
   for (const name of ['a', 'b', 'c']) {
-    q.add({ name, intervalMs: 1000, budgetMs: 100, run: async () => void starts[name].push(clock.now()) });
+    q.add({ name, intervalMs: 1000, budgetMs: 100, run: () => Promise.resolve(void starts[name].push(clock.now())) });
   }
   assert.deepEqual(q.dueTimes(), { a: 100, b: 500, c: 900 });
   q.start();
@@ -65,7 +66,7 @@ test('a busy queue skips missed slots instead of catching up', async () => {
   const clock = new FakeClock();
   let runs = 0;
   const q = new WorkQueue({ clock, random: () => 0.5, startupJitterMs: 0, jitter: 0 });
-  q.add({ name: 'a', intervalMs: 100, budgetMs: 50, run: async () => void runs++ });
+  q.add({ name: 'a', intervalMs: 100, budgetMs: 50, run: () => Promise.resolve(void runs++) });
   q.start();
   await clock.advance(0);
   assert.equal(runs, 1);
@@ -137,7 +138,7 @@ test('an overrunning check is cut off, reported, and not started again while stu
     },
     onTimeout: () => ownTimeout++,
   });
-  q.add({ name: 'fine', intervalMs: 10, budgetMs: 10, run: async () => 'ok' });
+  q.add({ name: 'fine', intervalMs: 10, budgetMs: 10, run: () => Promise.resolve('ok' as const) });
   q.start();
   await enough;
   assert.equal(stuckStarts, 1, 'no second run while the first is abandoned');
@@ -157,17 +158,15 @@ test('a check that honours its signal ends as timeout; throwing is error; metric
     name: 'slow',
     intervalMs: 1000,
     budgetMs: 10,
-    run: (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    run: (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(abortReason(signal)))),
   });
   q.add({
     name: 'broken',
     intervalMs: 1000,
     budgetMs: 100,
-    run: async () => {
-      throw new Error('boom');
-    },
+    run: () => Promise.reject(new Error('boom')),
   });
-  q.add({ name: 'faulty', intervalMs: 1000, budgetMs: 100, run: async () => 'fault' });
+  q.add({ name: 'faulty', intervalMs: 1000, budgetMs: 100, run: () => Promise.resolve('fault' as const) });
   const recs = await q.runAll();
   assert.deepEqual(
     recs.map((r) => [r.name, r.status]),
@@ -188,9 +187,9 @@ test('a check that honours its signal ends as timeout; throwing is error; metric
 
 test('add() rejects duplicates and budgets above the interval; remove() unschedules', () => {
   const q = new WorkQueue();
-  q.add({ name: 'x', intervalMs: 100, budgetMs: 100, run: async () => undefined });
-  assert.throws(() => q.add({ name: 'x', intervalMs: 100, budgetMs: 10, run: async () => undefined }), /already/);
-  assert.throws(() => q.add({ name: 'y', intervalMs: 100, budgetMs: 200, run: async () => undefined }), /budget/);
+  q.add({ name: 'x', intervalMs: 100, budgetMs: 100, run: () => Promise.resolve(undefined) });
+  assert.throws(() => q.add({ name: 'x', intervalMs: 100, budgetMs: 10, run: () => Promise.resolve(undefined) }), /already/);
+  assert.throws(() => q.add({ name: 'y', intervalMs: 100, budgetMs: 200, run: () => Promise.resolve(undefined) }), /budget/);
   assert.equal(q.remove('x'), true);
   assert.deepEqual(q.names(), []);
 });

@@ -12,6 +12,7 @@ import type { KmsgRecord } from '../../sources/kmsg/parse.ts';
 import { KmsgReader, type KmsgCursor, type KmsgReaderOptions } from '../../sources/kmsg/reader.ts';
 import { KernelLogClassifier, type ClassifierOptions } from './classify.ts';
 import type { NpdCondition } from './npd.ts';
+import { toError } from '../../util/errors.ts';
 
 /** What the monitor needs from a reader (KmsgReader; tests pass a fake). */
 export interface KmsgReaderLike {
@@ -131,7 +132,7 @@ export class KernelLogMonitor implements Monitor {
       try {
         for (const f of this.classifier.classify(rec, at)) out.finding(f);
       } catch (err) {
-        this.opts.onError?.(err as Error);
+        this.opts.onError?.(toError(err));
       }
     }
     const c = reader?.cursor();

@@ -23,6 +23,7 @@ import { z } from 'zod';
 import type { ConditionType, Recovery, RuleReasonName, Severity } from '../../api/types.ts';
 import { lookupReason, ruleReason } from '../../catalog/index.ts';
 import { durationValue, positiveDurationValue, regexProblem } from '../../config/index.ts';
+import { errorMessage } from '../../util/errors.ts';
 
 /** A validated, compiled user rule. */
 export interface UserRule {
@@ -69,7 +70,7 @@ export function parseUserRules(text: string, file: string): UserRule[] {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new Error(`${file}: invalid YAML: ${(err as Error).message}`);
+    throw new Error(`${file}: invalid YAML: ${errorMessage(err)}`, { cause: err });
   }
   if (doc === null || doc === undefined) return [];
   let list: unknown;

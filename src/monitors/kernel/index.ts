@@ -1,7 +1,7 @@
 /** Kernel checks for the work queue. */
 import { readNumber } from '../../sources/host/read.ts';
 import { scanProcesses } from '../../sources/host/procs.ts';
-import { Consecutive, type HostCheck } from '../host-check.ts';
+import { Consecutive, settle, type HostCheck } from '../host-check.ts';
 import { checkClock, checkLimits, checkWarnings, checkZombies, countKernelWarnings } from './checks.ts';
 import type { KernelConfig } from '../../config/index.ts';
 import { libcSyscalls, readLimits, type KernelSyscalls } from './read.ts';
@@ -13,7 +13,7 @@ export function kernelChecks(cfg: KernelConfig, sys: KernelSyscalls = libcSyscal
   const c = cfg.checks;
   const checks: HostCheck[] = [];
   if (c.limits.enabled) {
-    checks.push({ name: 'kernel.limits', ...c.limits, run: async (ctx) => checkLimits(readLimits(ctx.root), cfg, ctx.now) });
+    checks.push({ name: 'kernel.limits', ...c.limits, run: (ctx) => settle(() => checkLimits(readLimits(ctx.root), cfg, ctx.now)) });
   }
   if (c.zombies.enabled) {
     const streak = new Consecutive(cfg.zombieConsecutivePolls);

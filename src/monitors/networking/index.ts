@@ -1,6 +1,6 @@
 /** Networking checks for the work queue. */
 import { execBounded, type ExecFn } from '../../sources/host/exec.ts';
-import { Consecutive, type HostCheck } from '../host-check.ts';
+import { Consecutive, settle, type HostCheck } from '../host-check.ts';
 import { checkDns, checkEna, checkInterfaces, checkRdma, checkSysctl, EnaBuckets } from './checks.ts';
 import type { NetworkingConfig } from '../../config/index.ts';
 import { apiServerHost, lookupHost, readEthtool, readLinks, readRdmaPorts, readSysctl, type LookupFn } from './read.ts';
@@ -25,11 +25,11 @@ export function networkingChecks(cfg: NetworkingConfig, deps: Partial<Networking
     checks.push({
       name: 'networking.interfaces',
       ...c.interfaces,
-      run: async (ctx) => checkInterfaces(readLinks(ctx.root), streak, excluded, ctx.now),
+      run: (ctx) => settle(() => checkInterfaces(readLinks(ctx.root), streak, excluded, ctx.now)),
     });
   }
   if (c.sysctl.enabled) {
-    checks.push({ name: 'networking.sysctl', ...c.sysctl, run: async (ctx) => checkSysctl(readSysctl(ctx.root), cfg, ctx.now) });
+    checks.push({ name: 'networking.sysctl', ...c.sysctl, run: (ctx) => settle(() => checkSysctl(readSysctl(ctx.root), cfg, ctx.now)) });
   }
   if (c.ena.enabled) {
     const prev = new Map<string, { at: number; stats: Record<string, number> }>();

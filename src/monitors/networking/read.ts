@@ -4,6 +4,7 @@ import net from 'node:net';
 import { listDir, readFileSmall, readLinkBase, readNumber, readSysFile, readSysFileAsync } from '../../sources/host/read.ts';
 import { hostPath } from '../../sources/host/paths.ts';
 import type { ExecFn } from '../../sources/host/exec.ts';
+import { errorCode, errorMessage } from '../../util/errors.ts';
 import { IFF_UP, parseEthtoolStats, type LinkSample, type RdmaPortSample, type SysctlSample } from './checks.ts';
 
 export function readLinks(root: string): LinkSample[] {
@@ -121,7 +122,7 @@ export const lookupHost: LookupFn = async (host, timeoutMs) => {
     ]);
     return undefined;
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    return errorCode(err) ?? errorMessage(err);
   } finally {
     clearTimeout(timer);
   }

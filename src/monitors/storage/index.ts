@@ -1,6 +1,6 @@
 /** Storage checks for the work queue. */
 import { scanProcesses } from '../../sources/host/procs.ts';
-import type { HostCheck } from '../host-check.ts';
+import { settle, type HostCheck } from '../host-check.ts';
 import { checkDiskLatency, checkFilesystems, checkIoDelays, type DiskCounters } from './checks.ts';
 import type { StorageConfig } from '../../config/index.ts';
 import { blockDevices, delayAcctEnabled, readDiskstats, readFilesystems, type StatfsFn } from './read.ts';
@@ -25,13 +25,14 @@ export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = 
     checks.push({
       name: 'storage.diskstats',
       ...c.diskstats,
-      run: async (ctx) => {
-        const cur = readDiskstats(ctx.root);
-        if (!cur) return { findings: [], healthy: [], status: 'skipped' };
-        const r = checkDiskLatency(prev, cur, blockDevices(ctx.root, excluded), cfg, ctx.now);
-        prev = cur;
-        return r;
-      },
+      run: (ctx) =>
+        settle(() => {
+          const cur = readDiskstats(ctx.root);
+          if (!cur) return { findings: [], healthy: [], status: 'skipped' };
+          const r = checkDiskLatency(prev, cur, blockDevices(ctx.root, excluded), cfg, ctx.now);
+          prev = cur;
+          return r;
+        }),
     });
   }
   if (c.iodelay.enabled) {

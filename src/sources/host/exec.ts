@@ -3,6 +3,7 @@
  * timeout, bounded output, killed on abort. No shell.
  */
 import { spawn } from 'node:child_process';
+import { abortReason } from '../../util/errors.ts';
 
 export interface ExecOptions {
   timeoutMs: number;
@@ -29,7 +30,7 @@ const STDERR_MAX = 4096;
 export const execBounded: ExecFn = (file, args, opts) =>
   new Promise((resolve, reject) => {
     const maxBytes = opts.maxBytes ?? 256 * 1024;
-    if (opts.signal?.aborted) return reject(opts.signal.reason);
+    if (opts.signal?.aborted) return reject(abortReason(opts.signal));
     // Own process group, so a kill also reaches grandchildren that would keep the pipes open.
     const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env, detached: true });
     const out: Buffer[] = [];
@@ -54,7 +55,7 @@ export const execBounded: ExecFn = (file, args, opts) =>
     }, opts.timeoutMs);
     const onAbort = () => {
       kill();
-      finish(() => reject(opts.signal!.reason));
+      finish(() => reject(abortReason(opts.signal!)));
     };
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     const finish = (fn: () => void) => {

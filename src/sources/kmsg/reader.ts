@@ -25,6 +25,7 @@
 import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { Counter, type Registry } from 'prom-client';
 import { readBootId } from '../../util/boot-id.ts';
+import { errorMessage, toError } from '../../util/errors.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
 import { IntervalWaiter, PollWaiter, type Waiter, type WaiterHandlers } from './wait.ts';
 
@@ -204,7 +205,7 @@ export class KmsgReader {
       } catch (err) {
         if (mode === 'poll') throw err;
         this.opts.onError?.(
-          new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${(err as Error).message}`),
+          new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${errorMessage(err)}`),
         );
       }
     }
@@ -263,7 +264,7 @@ export class KmsgReader {
     } catch (err) {
       more = false;
       failed = true;
-      this.opts.onError?.(err as Error);
+      this.opts.onError?.(toError(err));
     } finally {
       this.draining = false;
     }
@@ -305,7 +306,7 @@ export class KmsgReader {
     try {
       this.opts.onLost?.(n);
     } catch (err) {
-      this.opts.onError?.(err as Error);
+      this.opts.onError?.(toError(err));
     }
   }
 
@@ -313,7 +314,7 @@ export class KmsgReader {
     try {
       this.opts.onRecords?.(batch);
     } catch (err) {
-      this.opts.onError?.(err as Error);
+      this.opts.onError?.(toError(err));
     }
   }
 }

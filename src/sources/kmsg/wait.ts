@@ -47,10 +47,11 @@ export class IntervalWaiter implements Waiter {
     this.timer.unref();
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    return Promise.resolve();
   }
 }
 

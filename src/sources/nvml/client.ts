@@ -8,6 +8,7 @@
  */
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
+import type * as KoffiModule from 'koffi';
 import { NvmlError, NvmlLoadError, NvmlTimeoutError, NvmlWorkerGoneError } from './errors.ts';
 import type { NvmlMetrics } from './metrics.ts';
 import {
@@ -141,7 +142,7 @@ export function nvmlThreadsLeft(): number {
  * NVML. Flush logs first: nothing else runs after this (no 'exit' handlers, no buffered writes).
  */
 export function exitNow(code: number): never {
-  const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+  const koffi = createRequire(import.meta.url)('koffi') as typeof KoffiModule;
   const libcExit = koffi.load('libc.so.6').func('void _exit(int status)') as (status: number) => void;
   libcExit(code);
   throw new Error('unreachable: _exit returned');
@@ -270,16 +271,12 @@ export class NvmlPollClient {
   }
 
   private request(req: PollRequest): Promise<unknown> {
-    let live: LivePoll;
-    try {
-      live = this.ensure();
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    const id = this.nextId++;
     // Backstop for a worker stuck outside NVML; the per-call watchdog normally fires first.
     const backstopMs = Math.max(60_000, this.opts.watchdogMs * 10);
     return new Promise((resolve, reject) => {
+      // A throw from ensure() (closed, or the worker cannot start) rejects this promise.
+      const live = this.ensure();
+      const id = this.nextId++;
       const timer = setTimeout(() => {
         live.pending.delete(id);
         reject(new NvmlTimeoutError(`worker ${req.op}`, null, backstopMs));

@@ -8,6 +8,7 @@
  */
 import koffi from 'koffi';
 import { NvmlLoadError } from './errors.ts';
+import { errorMessage } from '../../util/errors.ts';
 import { NVML_FUNCTION_NAMES } from './protocol.ts';
 
 /** Opaque handles (nvmlDevice_t, nvmlEventSet_t) are BigInt addresses in koffi 3. */
@@ -205,7 +206,7 @@ export function loadNvml(libraryPath: string): LoadedNvml {
   try {
     lib = koffi.load(libraryPath);
   } catch (err) {
-    throw new NvmlLoadError(libraryPath, `cannot load ${libraryPath}: ${(err as Error).message}`);
+    throw new NvmlLoadError(libraryPath, `cannot load ${libraryPath}: ${errorMessage(err)}`);
   }
   const api: Record<string, unknown> = {};
   const missing: NvmlFnName[] = [];

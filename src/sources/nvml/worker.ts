@@ -91,8 +91,8 @@ class Caller {
 function serialize(err: unknown): SerializedError {
   if (err instanceof NvmlError) return { name: err.name, message: err.message, fn: err.fn, code: err.code };
   if (err instanceof NvmlLoadError) return { name: err.name, message: err.message, libraryPath: err.libraryPath };
-  const e = err as Error;
-  return { name: e?.name ?? 'Error', message: e?.message ?? String(err) };
+  if (err instanceof Error) return { name: err.name, message: err.message };
+  return { name: 'Error', message: String(err) };
 }
 
 function open(init: WorkerInit): Caller {
@@ -166,11 +166,13 @@ function identity(c: Caller, index: number, dev: Handle): { id: RawIdentity; gon
 }
 
 /** Thrown inside sample() to stop querying a GPU that is lost or needs a reset. */
-class Gone {
+class Gone extends Error {
   constructor(
     readonly fn: string,
     readonly rc: number,
-  ) {}
+  ) {
+    super(`${fn}: GPU is gone (rc ${rc})`);
+  }
 }
 
 /** Reads every health signal of one GPU (the per-poll cost; see bench/gpu.ts). */
