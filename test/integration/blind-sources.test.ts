@@ -26,8 +26,11 @@ function tmp(t: { after: (fn: () => void) => void }): string {
   return dir;
 }
 
-/** Host checks off: only the kernel log (and the GPU monitor, off without a GPU) run. */
-function config(dir: string, extra = ''): string {
+/**
+ * Host checks off: only the kernel log (and the GPU monitor, off without a GPU) run. No lookback:
+ * faults other tests wrote to the shared ring must not decide KernelReady here.
+ */
+function config(dir: string, extra = 'kernelLog: {lookback: 0s}\n'): string {
   const file = path.join(dir, 'vigil.yaml');
   writeFileSync(
     file,
