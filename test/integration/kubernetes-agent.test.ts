@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { startAgent, uniquePci, writeKmsg, kernelLogOnlyConfig } from '../helpers/agent-process.ts';
 import { conditionsOf, eventsFor, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;
@@ -29,25 +29,7 @@ test('Xid 79 on /dev/kmsg becomes AcceleratedHardwareReady=False (NvidiaXID79Err
   const config = path.join(dir, 'vigil.yaml');
   // lookback 0: records already in the ring (other tests' faults) are not this test's business.
   // Host monitors and NVML are off so only the kernel log decides this node's state.
-  writeFileSync(
-    config,
-    [
-      'kernelLog:',
-      '  lookback: "0"',
-      'monitors:',
-      '  kernel: {enabled: false}',
-      '  networking: {enabled: false}',
-      '  storage: {enabled: false}',
-      '  runtime: {enabled: false}',
-      'gpu:',
-      '  enabled: false',
-      'kubernetes:',
-      '  mode: "on"',
-      '  heartbeat: 5m',
-      '  coalesce: 100ms',
-      '',
-    ].join('\n'),
-  );
+  writeFileSync(config, kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  heartbeat: 5m', '  coalesce: 100ms']));
   const pci = uniquePci();
   const agent = await startAgent([
     '--kubeconfig',

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startAgent } from '../helpers/agent-process.ts';
+import { startAgent, kernelLogOnlyConfig } from '../helpers/agent-process.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -54,24 +54,7 @@ test('every request of the agent to the API server carries User-Agent vigil/<ver
   const node = 'agent-user-agent';
   await cluster.createNode(node);
   const config = path.join(dir, 'vigil.yaml');
-  writeFileSync(
-    config,
-    [
-      'kernelLog:',
-      '  lookback: "0"',
-      'monitors:',
-      '  kernel: {enabled: false}',
-      '  networking: {enabled: false}',
-      '  storage: {enabled: false}',
-      '  runtime: {enabled: false}',
-      'gpu:',
-      '  enabled: false',
-      'kubernetes:',
-      '  mode: "on"',
-      '  coalesce: 100ms',
-      '',
-    ].join('\n'),
-  );
+  writeFileSync(config, kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms']));
   const agent = await startAgent([
     '--kubeconfig',
     cluster.vigilKubeconfig,
