@@ -15,6 +15,7 @@ const benches: Record<string, () => Promise<Bench>> = {
   host: async () => (await import('./host.ts')).benchHost,
   idle: async () => (await import('./idle.ts')).benchIdle,
   burst: async () => (await import('./burst.ts')).benchBurst,
+  kubernetes: async () => (await import('./kubernetes.ts')).benchKubernetes,
 };
 
 const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
