@@ -10,6 +10,16 @@ import { Engine } from '../src/engine/engine.ts';
 const WRITES = Number(process.env.BENCH_KMSG_WRITES ?? 300);
 
 export async function benchKmsgLatency(): Promise<Record<string, number>> {
+  const latencies = await kmsgToFindingLatencies(WRITES);
+  return {
+    kmsg_to_finding_p50_ms: percentile(latencies, 50),
+    kmsg_to_finding_p99_ms: percentile(latencies, 99),
+    kmsg_to_finding_samples: latencies.length,
+  };
+}
+
+/** Write-to-finding latencies in ms, sorted; bench/diagnose.ts measures the same while a capture runs. */
+export async function kmsgToFindingLatencies(writes: number): Promise<number[]> {
   const engine = new Engine({ bootId: 'bench', conditions: new Map() });
   const sent = new Map<string, bigint>();
   const latencies: number[] = [];
@@ -21,12 +31,12 @@ export async function benchKmsgLatency(): Promise<Record<string, number>> {
     if (t0 === undefined) return;
     sent.delete(e.finding.entity);
     latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    if (latencies.length === WRITES) done();
+    if (latencies.length === writes) done();
   });
   const monitor = new KernelLogMonitor({ reader: { lookbackMs: 0 }, registry: new Registry() });
   monitor.start({ finding: (f) => engine.finding(f), healthy: (h) => engine.healthy(h), source: (r) => engine.source(r) });
   try {
-    for (let i = 0; i < WRITES; i++) {
+    for (let i = 0; i < writes; i++) {
       const pci = `${(0x2000 + i).toString(16)}:${((i % 200) + 16).toString(16).padStart(2, '0')}:00`;
       sent.set(`gpu:${pci}`, process.hrtime.bigint());
       // One open per write: user writes are rate-limited per open file.
@@ -39,8 +49,10 @@ export async function benchKmsgLatency(): Promise<Record<string, number>> {
   } finally {
     await monitor.stop();
   }
-  if (latencies.length < WRITES) throw new Error(`only ${latencies.length} of ${WRITES} writes produced a finding`);
-  latencies.sort((a, b) => a - b);
-  const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))];
-  return { kmsg_to_finding_p50_ms: pct(50), kmsg_to_finding_p99_ms: pct(99), kmsg_to_finding_samples: latencies.length };
+  if (latencies.length < writes) throw new Error(`only ${latencies.length} of ${writes} writes produced a finding`);
+  return latencies.sort((a, b) => a - b);
+}
+
+export function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }

@@ -15,21 +15,25 @@
  * api_writes_per_node_hour: a second agent with the default heartbeat and coalescing, idle, its
  * condition patches and Event writes (vigil_k8s_condition_writes_total plus
  * vigil_k8s_event_writes_total, every result) counted from its /metrics over
- * BENCH_API_WINDOW_SECONDS after it settles, scaled to an hour. Its kernel log is a FIFO nobody
- * writes, so faults other tests write to the shared /dev/kmsg cannot cost it writes.
+ * BENCH_API_WINDOW_SECONDS after it settles, scaled to an hour. Its kernel log is a FIFO only
+ * this bench writes, so faults other tests write to the shared /dev/kmsg cannot cost it writes;
+ * into it goes one persistent Warning: the same segfault record (AppCrash on one pid) every 30 s,
+ * from start to end, so the figure includes what a Warning that persists costs in Event writes.
  */
 import { execFileSync } from 'node:child_process';
-import { closeSync, constants, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import * as k8s from '@kubernetes/client-node';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-process.ts';
 import { startCluster } from '../test/helpers/cluster.ts';
+import { rssMiB } from './idle.ts';
 
 const FAULTS = Number(process.env.BENCH_K8S_FAULTS ?? 200);
 const WINDOW_SECONDS = Number(process.env.BENCH_API_WINDOW_SECONDS ?? 300);
-const SETTLE_SECONDS = 15;
+// Past a new Event series' first count update (30-60 s): the window then sees the steady state.
+const SETTLE_SECONDS = 90;
 const CONDITION = 'BenchFaultReady';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -54,6 +58,7 @@ export async function benchKubernetes(): Promise<Record<string, number>> {
   const agents: AgentProcess[] = [];
   let fifoFd: number | undefined;
   let abortWatch: AbortController | undefined;
+  let warningTimer: NodeJS.Timeout | undefined;
   try {
     // The idle agent first, so its settle time overlaps the latency run.
     const idleNode = 'bench-idle';
@@ -62,6 +67,12 @@ export async function benchKubernetes(): Promise<Record<string, number>> {
     execFileSync('mkfifo', [fifo]);
     // Held open read-write so the agent's reader never sees the writer side close.
     fifoFd = openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK);
+    let seq = 1;
+    const fd = fifoFd;
+    const persistentWarning = () =>
+      writeSync(fd, `4,${seq++},${Math.round(process.uptime() * 1e6)},-;bench-app[4242]: segfault at 0 ip 00007f00 sp 00007f10 error 4\n`);
+    persistentWarning();
+    warningTimer = setInterval(persistentWarning, 30_000);
     const idleConfig = path.join(dir, 'idle.yaml');
     writeFileSync(
       idleConfig,
@@ -160,8 +171,12 @@ export async function benchKubernetes(): Promise<Record<string, number>> {
     }
 
     const start = await settled;
-    const remaining = start.at + WINDOW_SECONDS * 1000 - Date.now();
-    if (remaining > 0) await sleep(remaining);
+    // idle_rss_mib_kubernetes: the idle agent's peak RSS over the window (the Kubernetes sink on).
+    let idleRss = rssMiB(idle.child.pid!);
+    while (Date.now() < start.at + WINDOW_SECONDS * 1000) {
+      await sleep(Math.min(5000, Math.max(0, start.at + WINDOW_SECONDS * 1000 - Date.now())));
+      idleRss = Math.max(idleRss, rssMiB(idle.child.pid!));
+    }
     const window = (Date.now() - start.at) / 1000;
     const writes = (await apiWrites(idle)) - start.writes;
 
@@ -173,9 +188,11 @@ export async function benchKubernetes(): Promise<Record<string, number>> {
       kmsg_to_condition_samples: latencies.length,
       api_writes_per_node_hour: (writes / window) * 3600,
       api_writes_window_s: window,
+      idle_rss_mib_kubernetes: idleRss,
     };
   } finally {
     abortWatch?.abort();
+    clearInterval(warningTimer);
     for (const a of agents) await a.stop();
     if (fifoFd !== undefined) closeSync(fifoFd);
     await cluster.stop();

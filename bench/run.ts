@@ -15,7 +15,10 @@ const benches: Record<string, () => Promise<Bench>> = {
   host: async () => (await import('./host.ts')).benchHost,
   idle: async () => (await import('./idle.ts')).benchIdle,
   burst: async () => (await import('./burst.ts')).benchBurst,
+  diagnose: async () => (await import('./diagnose.ts')).benchDiagnose,
   kubernetes: async () => (await import('./kubernetes.ts')).benchKubernetes,
+  corpus: async () => (await import('./corpus.ts')).benchCorpus,
+  karpenter: async () => (await import('./karpenter.ts')).benchKarpenter,
 };
 
 const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');

@@ -184,6 +184,11 @@ export function renderMd(cat: CatalogYaml): string {
     }
     out.push('');
   }
+  if (cat.policies && Object.keys(cat.policies).length) {
+    out.push('## Severity policy', '', 'Where the reason depends on policy, the rule for each family:', '');
+    for (const [family, rule] of Object.entries(cat.policies)) out.push(`- **${family}.** ${rule}`);
+    out.push('');
+  }
   out.push('## While a source cannot see', '', 'The condition is `Unknown` with one of these reasons; the message names the cause.', '');
   out.push('| Reason | Condition | Description |', '|---|---|---|');
   for (const [name, u] of Object.entries(cat.unknownReasons)) out.push(`| \`${name}\` | ${u.condition} | ${u.description} |`);

@@ -47,7 +47,18 @@ export interface FakeGpu {
   hang?: Record<string, number>;
   remappedRows?: { corr?: number; unc?: number; pending?: number; failure?: number } | null;
   retiredPages?: { sbe?: number; dbe?: number; pending?: number } | null;
+  /** Volatile uncorrected ECC count; null = ECC off or unsupported (every ECC query answers NOT_SUPPORTED). */
   eccUncorrectedVolatile?: number | null;
+  eccUncorrectedAggregate?: number;
+  eccCorrectedVolatile?: number;
+  eccCorrectedAggregate?: number;
+  /** nvmlDeviceGetEccMode: 1 enabled, 0 disabled (pending defaults to current); null = NOT_SUPPORTED. */
+  eccMode?: { current?: number; pending?: number } | null;
+  /**
+   * NVSwitch fabric (nvmlDeviceGetGpuFabricInfo / ...InfoV): state 0 NOT_SUPPORTED, 1 NOT_STARTED,
+   * 2 IN_PROGRESS, 3 COMPLETED; status an nvmlReturn_t; healthMask (v2 only). Absent/null = NOT_SUPPORTED.
+   */
+  fabric?: { state?: number; status?: number; cliqueId?: number; clusterUuid?: string; healthMask?: number } | null;
   pcie?: { replay?: number; gen?: number; maxGen?: number; width?: number; maxWidth?: number } | null;
   clocksEventReasons?: number | null;
   temperature?: number | null;

@@ -30,7 +30,7 @@ enum {
   NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
   NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
   NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_TIMEOUT = 10, NVML_ERROR_CORRUPTED_INFOROM = 14,
-  NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
+  NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25, NVML_ERROR_UNKNOWN = 999,
 };
 
 #define MAX_GPUS 64
@@ -67,6 +67,29 @@ typedef struct {
   nvmlReturn_t nvmlReturn;
   nvmlValue_t value;
 } nvmlFieldValue_t; /* 40 bytes */
+
+/* nvmlGpuFabricInfo_t (v1, nvmlDeviceGetGpuFabricInfo): 28 bytes, align 4. */
+#define NVML_GPU_FABRIC_UUID_LEN 16
+typedef unsigned char nvmlGpuFabricState_t;
+typedef struct {
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
+/* nvmlGpuFabricInfo_v2_t (nvmlDeviceGetGpuFabricInfoV): 36 bytes, version = sizeof | 2 << 24. */
+typedef struct {
+  unsigned int version;
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+  unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+#define nvmlGpuFabricInfo_v2 (unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2 << 24U))
+_Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "nvmlGpuFabricInfo_t layout");
+_Static_assert(sizeof(nvmlGpuFabricInfo_v2_t) == 36, "nvmlGpuFabricInfo_v2_t layout");
 
 #define FI_DEV_NVLINK_LINK_COUNT 91
 #define FI_DEV_GET_GPU_RECOVERY_ACTION 230
@@ -593,6 +616,57 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int
   const char *key = errorType == 1 ? (counterType == 0 ? "eccUncorrectedVolatile" : "eccUncorrectedAggregate")
                                    : (counterType == 0 ? "eccCorrectedVolatile" : "eccCorrectedAggregate");
   *eccCounts = (unsigned long long)jnum(gpu, key, 0);
+  return leave(rc, hang);
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetEccMode
+/* "eccMode": {"current": 1, "pending": 1} (default enabled); null = NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending) {
+  DEV_BEGIN("nvmlDeviceGetEccMode");
+  if (jnull(gpu, "eccMode") || jnull(gpu, "eccUncorrectedVolatile")) return leave(NVML_ERROR_NOT_SUPPORTED, hang);
+  json *m = jget(gpu, "eccMode");
+  *current = (int)jnum(m, "current", 1);
+  *pending = (int)jnum(m, "pending", jnum(m, "current", 1));
+  return leave(rc, hang);
+}
+#endif
+
+/* ------------------------------------------------------------------ NVSwitch fabric */
+/* "fabric": {"state": 3, "status": 0, "cliqueId": 1, "clusterUuid": "...", "healthMask": 0}; absent or null = NOT_SUPPORTED. */
+static void fabric_uuid(json *f, unsigned char *out) {
+  const char *u = jstr(f, "clusterUuid", "");
+  memset(out, 0, NVML_GPU_FABRIC_UUID_LEN);
+  for (int i = 0; i < NVML_GPU_FABRIC_UUID_LEN && u[i]; i++) out[i] = (unsigned char)u[i];
+}
+
+#ifndef OMIT_nvmlDeviceGetGpuFabricInfo
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
+  DEV_BEGIN("nvmlDeviceGetGpuFabricInfo");
+  json *f = jget(gpu, "fabric");
+  if (!f || f->type != J_OBJ) return leave(NVML_ERROR_NOT_SUPPORTED, hang);
+  memset(info, 0, sizeof *info);
+  fabric_uuid(f, info->clusterUuid);
+  info->status = (nvmlReturn_t)jnum(f, "status", NVML_SUCCESS);
+  info->cliqueId = (unsigned)jnum(f, "cliqueId", 0);
+  info->state = (nvmlGpuFabricState_t)jnum(f, "state", 3);
+  return leave(rc, hang);
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetGpuFabricInfoV
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info) {
+  DEV_BEGIN("nvmlDeviceGetGpuFabricInfoV");
+  if (!info) return leave(NVML_ERROR_INVALID_ARGUMENT, hang);
+  /* Like NVML: the caller states the struct version it passes. */
+  if (info->version != nvmlGpuFabricInfo_v2) return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, hang);
+  json *f = jget(gpu, "fabric");
+  if (!f || f->type != J_OBJ) return leave(NVML_ERROR_NOT_SUPPORTED, hang);
+  fabric_uuid(f, info->clusterUuid);
+  info->status = (nvmlReturn_t)jnum(f, "status", NVML_SUCCESS);
+  info->cliqueId = (unsigned)jnum(f, "cliqueId", 0);
+  info->state = (nvmlGpuFabricState_t)jnum(f, "state", 3);
+  info->healthMask = (unsigned)jnum(f, "healthMask", 0);
   return leave(rc, hang);
 }
 #endif

@@ -58,6 +58,8 @@ export interface AgentDeps {
     manage: (type: ConditionType) => void;
     health: HealthBoard;
   }) => MonitorEntry[];
+  /** Serves a kept diagnostic bundle on GET /diagnostics/<name> (src/diagnostics/node-diagnostic). */
+  diagnosticBundle?: (name: string) => { path: string; bytes: number } | undefined;
   /** Extra sinks (Kubernetes), built once the engine exists. */
   sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
 }
@@ -143,6 +145,7 @@ export class Agent {
         this.refreshHealth();
         return { status: this.health.overall(), components: this.health.snapshot() };
       },
+      diagnosticBundle: (name) => deps.diagnosticBundle?.(name),
     });
     this.sourceUp = new Gauge({
       name: 'vigil_source_up',

@@ -63,6 +63,9 @@ function gpuMonitor(config: VigilConfig, ctx: BuildContext): GpuMonitor {
     sysRoot: path.join(config.monitors.hostRoot, 'sys'),
     ownTimer: false,
     log: (obj, msg) => ctx.log.info({ ...obj, monitor: 'gpu' }, msg),
+    // Counter baselines survive a restart (judged by increase, never lifetime totals).
+    restoredBaselines: ctx.restored?.gpu,
+    onBaselines: () => ctx.markDirty(),
   });
 }
 
@@ -95,6 +98,10 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
       },
     },
     conditions: [],
+    persist: (state) => {
+      // Also before the first poll: the restored baselines are then passed on unchanged.
+      if (gpu.snapshot().state !== 'off') state.gpu = gpu.baselines();
+    },
   };
 }
 

@@ -15,12 +15,15 @@ export const CONDITION_TYPES: readonly BuiltinConditionType[] = ['KernelReady', 
 /** Every reason name Vigil can report; template reasons appear as template literal types. */
 export type ReasonName =
   | 'SoftLockup'
+  | 'HardLockup'
   | 'AppBlocked'
   | 'KernelBug'
   | 'AppCrash'
   | 'OOMKilling'
   | 'HardwareErrorFatal'
   | 'HardwareErrorCorrected'
+  | 'MachineCheckCorrected'
+  | 'MachineCheckUncorrected'
   | 'PCIeUncorrectableError'
   | 'PCIeUncorrectableNonFatal'
   | 'PCIeCorrectedErrors'
@@ -45,6 +48,7 @@ export type ReasonName =
   | 'DNSResolutionFailed'
   | 'BlockDeviceIOError'
   | 'Ext4Error'
+  | 'XFSError'
   | 'XFSShutdown'
   | 'FilesystemReadOnly'
   | 'DiskUsageHigh'
@@ -81,7 +85,10 @@ export type ReasonName =
   | 'NvidiaPowerError'
   | 'NvidiaClockSlowdown'
   | 'NvidiaRecoveryActionRequired'
-  | 'NvidiaInfoROMCorrupted';
+  | 'NvidiaInfoROMCorrupted'
+  | 'NvidiaSingleBitEccError'
+  | 'NvidiaFabricError'
+  | 'FabricManagerNotRunning';
 
 export interface ReasonDef {
   /** The name, or the template with {param} placeholders. */
@@ -107,6 +114,17 @@ export const REASONS: readonly ReasonDef[] = [
     eks: true,
     template: null,
     description: "A CPU was stuck in kernel mode for longer than the soft-lockup threshold (watchdog \"BUG soft lockup\"). One problem per CPU (entity cpu:N).",
+  },
+  {
+    name: "HardLockup",
+    condition: "KernelReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The NMI watchdog found a CPU stuck with interrupts off (\"Watchdog detected hard LOCKUP on cpu N\"). One problem per CPU (entity cpu:N).",
   },
   {
     name: "AppBlocked",
@@ -175,12 +193,34 @@ export const REASONS: readonly ReasonDef[] = [
     description: "UEFI CPER reported a corrected or recoverable hardware error.",
   },
   {
+    name: "MachineCheckCorrected",
+    condition: "KernelReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The CPU's machine-check architecture reported a corrected hardware error (MCE bank status without UC, \"Machine check events logged\", an EDAC CE memory error, a CMCI storm).",
+  },
+  {
+    name: "MachineCheckUncorrected",
+    condition: "KernelReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "replace",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The CPU's machine-check architecture reported an uncorrected hardware error (MCE bank status with UC set, \"Processor context corrupt\", an uncorrected memory error, an EDAC UE memory error).",
+  },
+  {
     name: "PCIeUncorrectableError",
     condition: "KernelReady",
     severity: "Fatal",
     recovery: { kind: 'untilReboot' },
     action: "reboot",
-    sources: ["kmsg"],
+    sources: ["kmsg","sysfs"],
     eks: false,
     template: null,
     description: "PCIe AER reported an uncorrected fatal error on a device or port.",
@@ -191,7 +231,7 @@ export const REASONS: readonly ReasonDef[] = [
     severity: "Warning",
     recovery: { kind: 'ttl', ttlMs: 3600000 },
     action: "none",
-    sources: ["kmsg"],
+    sources: ["kmsg","sysfs"],
     eks: false,
     template: null,
     description: "PCIe AER reported an uncorrected non-fatal error on a device or port.",
@@ -202,7 +242,7 @@ export const REASONS: readonly ReasonDef[] = [
     severity: "Warning",
     recovery: { kind: 'ttl', ttlMs: 3600000 },
     action: "none",
-    sources: ["kmsg"],
+    sources: ["kmsg","sysfs"],
     eks: false,
     template: null,
     description: "PCIe AER corrected errors arrived above the configured rate on one device.",
@@ -439,6 +479,17 @@ export const REASONS: readonly ReasonDef[] = [
     description: "The ext4 driver reported a filesystem error.",
   },
   {
+    name: "XFSError",
+    condition: "StorageReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The XFS driver found metadata corruption or a metadata I/O error and kept the filesystem mounted.",
+  },
+  {
     name: "XFSShutdown",
     condition: "StorageReady",
     severity: "Fatal",
@@ -667,7 +718,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["nvml"],
     eks: false,
     template: null,
-    description: "NVIDIA GPUs are present on the PCI bus but the NVML library or the driver could not be loaded.",
+    description: "NVIDIA GPUs are present on the PCI bus but the NVML library or the driver could not be loaded. Not raised since 0.2.0 - an NVML init failure (driver not loaded, or upgraded without a reboot) makes the condition Unknown (NvidiaMonitoringUnavailable) instead; kept so a successful NVML start still clears it.",
   },
   {
     name: "NvidiaDeviceCountMismatch",
@@ -844,6 +895,39 @@ export const REASONS: readonly ReasonDef[] = [
     eks: false,
     template: null,
     description: "The GPU's InfoROM failed validation.",
+  },
+  {
+    name: "NvidiaSingleBitEccError",
+    condition: "AcceleratedHardwareReady",
+    severity: "Info",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["nvml"],
+    eks: false,
+    template: null,
+    description: "Corrected (single-bit) ECC errors occurred on a GPU (an NVML event, or the volatile corrected count grew since the persisted baseline). Counted, not a fault by itself.",
+  },
+  {
+    name: "NvidiaFabricError",
+    condition: "AcceleratedHardwareReady",
+    severity: "Fatal",
+    recovery: { kind: 'whenHealthy', healthyChecks: 1 },
+    action: "reboot",
+    sources: ["nvml"],
+    eks: true,
+    template: null,
+    description: "On an NVSwitch system, a GPU's fabric registration did not complete or failed (nvmlDeviceGetGpuFabricInfo state/status), or its fabric health mask reports degraded bandwidth, an unhealthy route, a recovery in progress or an incorrect configuration.",
+  },
+  {
+    name: "FabricManagerNotRunning",
+    condition: "AcceleratedHardwareReady",
+    severity: "Fatal",
+    recovery: { kind: 'whenHealthy', healthyChecks: 1 },
+    action: "reboot",
+    sources: ["nvml","procfs"],
+    eks: true,
+    template: null,
+    description: "NVSwitches are on the PCI bus and the GPUs take part in an NVSwitch fabric, but no nv-fabricmanager process runs, so the fabric cannot be (re)configured.",
   },
 ];
 

@@ -25,6 +25,8 @@ export const reasonYaml = z.strictObject({
 export const catalogYaml = z.strictObject({
   conditions: z.record(z.string(), z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() })),
   unknownReasons: z.record(z.string(), z.strictObject({ condition: z.string(), description: z.string().min(10) })),
+  /** Where a reason depends on policy: the rule in one sentence, per family (rendered into docs/reasons.md). */
+  policies: z.record(z.string(), z.string().min(10)).optional(),
   reasons: z.record(z.string(), reasonYaml),
 });
 

@@ -8,6 +8,8 @@ import { VERSION } from '../util/version.ts';
 import type { StatusOptions } from './status-command.ts';
 import type { ScanOptions } from './scan-command.ts';
 import type { RunOptions } from './run-command.ts';
+import type { LogsOptions } from './logs-command.ts';
+import type { DiagnoseOptions } from './diagnose-command.ts';
 import { errorMessage } from '../util/errors.ts';
 
 /** Exit status 2 is for bad input or arguments, everywhere. */
@@ -81,6 +83,29 @@ export function buildProgram(): Command {
     });
 
   program
+    .command('logs')
+    .description(
+      'collect diagnostic bundles from nodes through the API server (NodeDiagnostic): download them into --output, or PUT them to --upload-url; then clean up',
+    )
+    .argument('[nodes...]', 'node names (and/or --selector)')
+    .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, then ~/.kube/config)')
+    .option('-l, --selector <selector>', 'also every node matching this label selector')
+    .option('-o, --output <dir>', 'where bundles kept on the nodes are downloaded', '.')
+    .option(
+      '--upload-url <url>',
+      'PUT the bundle to this URL instead of keeping it on the node: NODE=URL for one node, or a URL for the others ({node} is replaced); repeatable',
+      collect,
+      [],
+    )
+    .option('--categories <list>', 'comma-separated: kernel, gpu, vigil, network, storage, runtime, system (default: all)')
+    .option('--since <duration>', 'journal span for the runtime category, e.g. 2h')
+    .option('--timeout <duration>', 'give up waiting after this long', '15m')
+    .action(async (nodes: string[], opts: LogsOptions) => {
+      const { runLogsCommand } = await import('./logs-command.ts');
+      process.exitCode = await runLogsCommand(nodes, opts);
+    });
+
+  program
     .command('gpu')
     .description("print the NVIDIA GPU inventory and every NVML check's current result")
     .option('--json', 'machine-readable output')
@@ -89,6 +114,28 @@ export function buildProgram(): Command {
     .action(async (opts: { json?: boolean; library?: string; sysRoot?: string }) => {
       const { runGpuCommand } = await import('./gpu-command.ts');
       process.exitCode = await runGpuCommand({ json: Boolean(opts.json), library: opts.library, sysRoot: opts.sysRoot });
+    });
+
+  program
+    .command('diagnose')
+    .description('write a diagnostic bundle (.tar.gz with manifest.json), collected in a low-priority child process, secrets redacted')
+    .option('--categories <list>', 'comma-separated: kernel,gpu,vigil,network,storage,runtime,system (default: all)')
+    .option('--output <file>', 'bundle to write (default: vigil-diagnose-<node>-<time>.tar.gz)')
+    .option('--config <file>', "the agent's configuration (state dir, host root, listen address; included redacted)")
+    .option('--state-dir <dir>', "the agent's state directory (default from config: /var/lib/vigil)")
+    .option('--node-name <name>', "this node's name (default: $NODE_NAME, then the host name)")
+    .option('--since <duration>', 'kubelet and containerd journal span (default 2h)')
+    .option('--timeout <duration>', 'bound on the whole capture (default 10m)')
+    .option('--collector-timeout <duration>', 'bound on each collector (default 30s)')
+    .option('--max-size <size>', 'total size cap of collected files, e.g. 256M (default)')
+    .option('--collector-max-size <size>', "one collector's size cap (default 32M)")
+    .option('--include-file <path>', 'another configuration file or directory to include, redacted (repeatable)', collect, [])
+    .option('--host-root <dir>', "where the host's / is mounted (default from config: /)")
+    .option('--json', 'print the bundle path and manifest as JSON')
+    .option('-q, --quiet', 'no progress lines on stderr')
+    .action(async (opts: DiagnoseOptions) => {
+      const { runDiagnoseCommand } = await import('./diagnose-command.ts');
+      process.exitCode = await runDiagnoseCommand(opts);
     });
 
   return program;

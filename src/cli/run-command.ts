@@ -7,6 +7,8 @@ import { buildMonitors } from '../agent/build-monitors.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
 import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
 import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+import type { DiagnosticsController } from '../diagnostics/node-diagnostic/controller.ts';
+import type { Quarantine } from '../remediation/quarantine.ts';
 import { errorMessage } from '../util/errors.ts';
 
 export interface RunOptions {
@@ -47,9 +49,15 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
 
   let kube: KubernetesSink | undefined;
+  let diagnostics: DiagnosticsController | undefined;
+  let quarantine: Quarantine | undefined;
   // The Kubernetes client is heavy to load; standalone runs never pay for it.
   const kubeModules = useKube
-    ? { client: await import('../sinks/kubernetes/client.ts'), sink: await import('../sinks/kubernetes/sink.ts') }
+    ? {
+        client: await import('../sinks/kubernetes/client.ts'),
+        sink: await import('../sinks/kubernetes/sink.ts'),
+        quarantine: config.quarantine.enabled ? await import('../remediation/quarantine.ts') : undefined,
+      }
     : undefined;
   let agent: Agent;
   try {
@@ -57,10 +65,12 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       config,
       log,
       monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
+      diagnosticBundle: (name) => diagnostics?.bundle(name),
       sinks: ({ registry, restored, markDirty }) => {
         if (!kubeModules) return [];
+        const clients = kubeModules.client.makeClients(kubeconfig);
         kube = new kubeModules.sink.KubernetesSink({
-          clients: kubeModules.client.makeClients(kubeconfig),
+          clients,
           nodeName,
           log,
           registry,
@@ -72,7 +82,25 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
           onWrittenTypes: () => markDirty(),
         });
         const sink = kube;
-        return [{ sink, persist: (state) => (state.kubernetes = { writtenTypes: sink.conditions.writtenTypes }) }];
+        // Optional quarantine (off by default): beside the flow, fed the same condition changes.
+        const q = config.quarantine;
+        quarantine = kubeModules.quarantine
+          ? new kubeModules.quarantine.Quarantine({
+              clients,
+              nodeName,
+              log,
+              registry,
+              dryRun: q.dryRun,
+              maxQuarantinedShare: q.maxQuarantinedShare,
+              jitterMs: q.jitter,
+              recheckMs: q.recheck,
+              eventNamespace: config.kubernetes.eventNamespace,
+            })
+          : undefined;
+        return [
+          { sink, persist: (state) => (state.kubernetes = { writtenTypes: sink.conditions.writtenTypes }) },
+          ...(quarantine ? [{ sink: quarantine }] : []),
+        ];
       },
     });
   } catch (err) {
@@ -80,8 +108,9 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     return 2;
   }
 
+  let listen: { port: number; address: string };
   try {
-    await agent.start();
+    listen = await agent.start();
   } catch (err) {
     log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
     await agent.stop();
@@ -92,6 +121,19 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions',
   );
   if (kube) void kube.start(agent.engine);
+  // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow.
+  const { startDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
+  diagnostics = await startDiagnostics({
+    config,
+    ...(opts.config ? { configPath: opts.config } : {}),
+    log,
+    registry: agent.registry,
+    engine: agent.engine,
+    nodeName,
+    listen,
+    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
+  });
+  quarantine?.start(agent.engine.health());
 
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
@@ -102,6 +144,7 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     // process unsaved. It does not reload: configuration is read at start, so restart to apply it.
     for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(signal, () => stop(signal));
   });
+  await diagnostics?.close();
   await agent.stop();
   // A thread stuck in a hung NVML call would keep the process alive forever; leave without it.
   const { nvmlThreadsLeft, exitNow } = await import('../sources/nvml/client.ts');

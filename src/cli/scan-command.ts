@@ -111,6 +111,7 @@ function writeSummary(s: ReplaySummary, opts: ScanOptions, name: string): void {
   const problems = [
     ...(s.unparsed ? [`${s.unparsed} not in ${opts.format} format`] : []),
     ...(s.cut ? [`${s.cut} cut at ${MAX_LINE_CHARS} characters`] : []),
+    ...(s.userSpace ? [`${s.userSpace} user-space program lines not classified`] : []),
   ];
   process.stderr.write(
     `${s.lines} lines${formats ? ` (${formats})` : ''}, ${s.findings} findings${problems.length ? `; ${problems.join(', ')}` : ''}\n`,

@@ -31,6 +31,9 @@ const gpuThresholdsSchema = z.strictObject({
   nvlinkCrcPerSecond: z.number().positive().default(100),
   /** Active NVLink links expected per GPU; null = whatever was active at the first poll. */
   nvlinkExpectedActive: z.number().int().min(0).nullable().default(null),
+  /** AER corrected errors (sysfs aer_dev_correctable) on one GPU or port within the window to report (S, as kernelLog.pcieCorrected). */
+  aerCorrectedCount: z.number().int().min(1).default(20),
+  aerCorrectedWindowMs: durationValue.default(3_600_000),
   /** Driver recovery actions (field 230) that are reported: 1 GPU reset, 2 node reboot, 4 drain and reset. */
   recoveryActionsFatal: z.array(z.number().int().min(0)).default([1, 2, 4]),
 });
@@ -56,6 +59,13 @@ export const gpuSectionSchema = z.strictObject({
   maxStuckWorkers: z.number().int().min(1).default(2),
   /** Upper bound on NVLink links probed per GPU (NVML_NVLINK_MAX_LINKS is 18, 36 from NVML 13). */
   maxNvLinks: z.number().int().min(0).max(64).default(36),
+  /**
+   * Counter baselines (ECC, PCIe replay, NVLink, AER) persisted in the state file are used after a
+   * restart only when younger than this; older ones are replaced by the first new reading (S).
+   */
+  counterWindow: positiveDuration(86_400_000),
+  /** Poll the sysfs AER counters of each GPU and the ports above it. */
+  aer: z.boolean().default(true),
   thresholds: gpuThresholdsSchema.prefault({}),
 });
 

@@ -15,6 +15,7 @@ import { kubeconfigProblem } from './kubeconfig.ts';
 import { LISTEN_FORMAT, parseListen } from './listen.ts';
 import { regexString } from './regex.ts';
 import { xidConfig } from './xid.ts';
+import { DIAGNOSTIC_CATEGORIES } from '../diagnostics/bundle.ts';
 
 const conditionNames = z
   .strictObject(
@@ -114,6 +115,61 @@ export const kubernetesConfig = z
     if (problem) ctx.addIssue({ code: 'custom', path: ['kubeconfig'], message: `${k.kubeconfig}: ${problem}` });
   });
 
+/**
+ * Optional quarantine (src/remediation/quarantine.ts): cordon and taint the node while a Vigil
+ * condition is False. Off by default; it needs extra RBAC (deploy/rbac-quarantine.yaml). The taint
+ * key is fixed (vigil.dev/unhealthy) so the admission policy can name it.
+ */
+export const quarantineConfig = z.strictObject({
+  enabled: z.boolean().default(false),
+  /** Log, count and record an Event for what would be done; change nothing on the Node. */
+  dryRun: z.boolean().default(false),
+  /** Hold back when quarantining this node would put more than this share of all nodes in quarantine. */
+  maxQuarantinedShare: z.number().min(0, 'a share from 0 to 1').max(1, 'a share from 0 to 1').default(0.2),
+  /** A random wait up to this long before the cluster-wide count, so a fleet-wide fault does not decide all at once. */
+  jitter: duration('10s'),
+  /** While held back, how often the count is taken again. */
+  recheck: positiveDuration('1m'),
+});
+
+/**
+ * Diagnostic bundles (src/diagnostics): NodeDiagnostic requests through Kubernetes, and an
+ * optional capture when a Fatal finding arrives. docs/configuration.md describes each option.
+ */
+export const diagnosticsConfig = z.strictObject({
+  /** Act on NodeDiagnostic resources for this node (needs the Kubernetes sink and the CRD). */
+  requests: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
+  autoCapture: z
+    .strictObject({
+      enabled: z.boolean().default(false),
+      /** Where bundles are PUT; {node} and {time} are replaced (one URL serves a fleet). */
+      uploadUrl: z
+        .string()
+        .regex(/^https?:\/\/[^\s]+$/, 'expected an http(s) URL that accepts a PUT')
+        .optional(),
+      /** At most one automatic capture per node in this period, across restarts. */
+      minInterval: positiveDuration('1h'),
+      /** What to collect; empty: every category. */
+      categories: z.array(z.enum(DIAGNOSTIC_CATEGORIES)).default([]),
+      /** Only Fatal reasons matching this regex start a capture (e.g. '^NvidiaXID'); absent: every Fatal reason. */
+      match: regexString.optional(),
+    })
+    .superRefine((a, ctx) => {
+      if (a.enabled && !a.uploadUrl) ctx.addIssue({ code: 'custom', path: ['uploadUrl'], message: 'required when autoCapture is enabled' });
+    })
+    .prefault({}),
+  /** Bundles kept on the node (node delivery, failed uploads), under the state directory. */
+  keep: z
+    .strictObject({
+      maxBundles: z.number().int().min(1).default(5),
+      maxBytes: z.number().int().min(1).default(2 * 1024 ** 3),
+      retention: positiveDuration('24h'),
+    })
+    .prefault({}),
+  /** Upload attempts before the bundle is kept on the node instead. */
+  uploadAttempts: z.number().int().min(1).max(20).default(5),
+});
+
 export const configSchema = z.strictObject({
   nodeName: z.string().min(1).optional(),
   stateDir: z.string().min(1, 'must not be empty').default('/var/lib/vigil'),
@@ -129,6 +185,10 @@ export const configSchema = z.strictObject({
   engine: engineConfig.prefault({}),
   kernelLog: kernelLogConfig.prefault({}),
   kubernetes: kubernetesConfig.prefault({}),
+  /** Diagnostic bundles: NodeDiagnostic requests and automatic capture on Fatal findings. */
+  diagnostics: diagnosticsConfig.prefault({}),
+  /** Optional cordon + taint on a Fatal condition (off by default). */
+  quarantine: quarantineConfig.prefault({}),
   /** The NVIDIA GPU monitor (NVML). */
   gpu: gpuSectionSchema.prefault({}),
   /** The polled host checks: kernel, networking, storage, container runtime. */

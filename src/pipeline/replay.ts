@@ -10,13 +10,13 @@
  */
 import { StringDecoder } from 'node:string_decoder';
 import { Registry } from 'prom-client';
-import type { EmittedFinding, FindingSink } from '../api/types.ts';
+import type { EmittedFinding, Finding, FindingSink } from '../api/types.ts';
 import type { VigilConfig } from '../config/load.ts';
 import { Engine } from '../engine/engine.ts';
 import { KernelLogClassifier } from '../monitors/kernel-log/classify.ts';
 import type { NpdConfig } from '../monitors/kernel-log/npd.ts';
 import type { UserRule } from '../monitors/kernel-log/user-rules.ts';
-import { isKmsgField, lineKind, lineTime, parseLine, type LineTime, type LogFormat, type LogLine } from '../sources/kmsg/parse.ts';
+import { fromUserSpace, isKmsgField, lineKind, lineTime, parseLine, type LineTime, type LogFormat, type LogLine } from '../sources/kmsg/parse.ts';
 import { createPipeline } from './pipeline.ts';
 import { allConditions, declaredConditions, engineSettings, kernelLogClassifierOptions } from './settings.ts';
 
@@ -35,6 +35,8 @@ export interface ReplayOptions {
   onFinding: (f: EmittedFinding, line: number) => void;
   /** A line was cut at maxLineChars; `length` is how long it was. */
   onCut?: (line: number, length: number) => void;
+  /** What the classifier raised on each line, before the engine (thresholds, repeats) sees it. */
+  onClassified?: (findings: readonly Finding[], line: number) => void;
   maxLineChars?: number;
 }
 
@@ -49,6 +51,8 @@ export interface ReplaySummary {
   /** Lines cut at maxLineChars, and the first of them. */
   cut: number;
   firstCut?: number;
+  /** Syslog or console lines of user-space programs (not kernel records), not classified; set when any. */
+  userSpace?: number;
 }
 
 /** The input is not a text log. */
@@ -64,6 +68,8 @@ export class LogReplay {
   private readonly splitter: LineSplitter;
   private lastTick = REPLAY_BASE_MS;
   private previous: LogFormat | undefined;
+  /** The last line was a user-space program's: its continuation lines are too. */
+  private userSpaceBlock = false;
   private readonly s: ReplaySummary = { lines: 0, formats: {}, findings: 0, unparsed: 0, cut: 0 };
 
   constructor(private readonly o: ReplayOptions) {
@@ -114,7 +120,17 @@ export class LogReplay {
       this.engine.tick();
       this.lastTick = at;
     }
-    for (const f of this.classifier.classify(parsed.line, at)) this.sink.finding(f);
+    if (!parsed.line.continuation && fromUserSpace(parsed.line)) {
+      // A program's syslog line that says "I/O error" is not the kernel saying it.
+      this.s.userSpace = (this.s.userSpace ?? 0) + 1;
+      this.userSpaceBlock = true;
+      return;
+    }
+    if (parsed.line.continuation && this.userSpaceBlock) return;
+    this.userSpaceBlock = false;
+    const findings = this.classifier.classify(parsed.line, at);
+    this.o.onClassified?.(findings, n);
+    for (const f of findings) this.sink.finding(f);
   }
 
   private parse(text: string, n: number): { line: LogLine; time?: LineTime } | null {

@@ -38,6 +38,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineSnapshot } from '../engine/engine.ts';
+import type { PersistedGpuBaselines } from '../monitors/gpu/baselines.ts';
 import { EINTR, EWOULDBLOCK, LOCK_EX, LOCK_NB, libc } from '../native/index.ts';
 import { errorCode, errorMessage } from '../util/errors.ts';
 
@@ -47,6 +48,11 @@ export interface PersistedState {
   kmsgCursor?: { bootId: string; seq: number };
   /** Condition types Vigil wrote to its Node, so a type dropped from configuration is cleaned up. */
   kubernetes?: { writtenTypes: string[] };
+  /**
+   * GPU counter baselines (ECC, PCIe replay, NVLink, AER), so a restart judges increases, not
+   * totals. Optional: files without it load as before; the GPU monitor validates it on use.
+   */
+  gpu?: PersistedGpuBaselines;
 }
 
 export interface StateStoreOptions {
@@ -291,7 +297,7 @@ export class StateStore {
 }
 
 /** Temp file with a name of its own (pid + random), fsync, rename over the target. */
-function writeAtomic(file: string, text: string): void {
+export function writeAtomic(file: string, text: string): void {
   const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   try {
     const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o644);

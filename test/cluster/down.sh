@@ -22,6 +22,7 @@ if [[ ! -d "$DIR" ]]; then log "$DIR does not exist; nothing to stop"; exit 0; f
 DIR="$(cd "$DIR" && pwd)"
 [[ -e "$DIR/$MARKER" ]] || die "$DIR is not a Vigil cluster dir (no $MARKER)"
 
+stop_pid "$DIR/karpenter-vigil.pid" karpenter-vigil; stop_pid "$DIR/kwok.pid" kwok
 stop_apiserver "$DIR"
 stop_kine "$DIR"
 rm -f "$DIR/apiserver.port" "$DIR/kine.port"

@@ -2,6 +2,7 @@
 # Starts a real local control plane: kine (etcd API over SQLite) + kube-apiserver, on 127.0.0.1
 # with random free ports. Usage:
 #   test/cluster/up.sh [STATE_DIR]          (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/up.sh)
+#   test/cluster/up.sh --with-karpenter [STATE_DIR]   also Karpenter node repair + KWOK (test/cluster/karpenter/up.sh)
 # STATE_DIR defaults to <repo>/.cluster. Several state dirs can run concurrently.
 # Any previous cluster state in STATE_DIR is stopped and wiped (a fresh cluster every time).
 # On success prints the admin kubeconfig path (only line on stdout) and writes in STATE_DIR:
@@ -17,7 +18,12 @@ source "$HERE/lib.sh"
 
 for tool in openssl curl; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
 
-DIR="$(resolve_dir "${1:-}")"
+# --with-karpenter: also start Karpenter's node repair (test/cluster/karpenter/up.sh; stopped by down.sh).
+WITH_KARPENTER=0; ARGS=()
+for a in "$@"; do
+  case "$a" in --with-karpenter) WITH_KARPENTER=1 ;; *) ARGS+=("$a") ;; esac
+done
+DIR="$(resolve_dir "${ARGS[0]:-}")"
 
 if [[ ! -x "$KUBE_APISERVER_BIN" || ! -x "$KINE_BIN" ]]; then
   [[ "${VIGIL_SKIP_BUILD:-0}" == 1 ]] && die "binaries missing ($KUBE_APISERVER_BIN, $KINE_BIN); run test/cluster/build.sh"
@@ -30,6 +36,7 @@ if [[ ! -e "$DIR/$MARKER" && -n "$(ls -A "$DIR")" ]]; then
   die "$DIR is not empty and is not a Vigil cluster dir (no $MARKER); refusing to use it"
 fi
 # Stop leftovers of a previous run in the same dir, then wipe only our own files.
+stop_pid "$DIR/karpenter-vigil.pid" karpenter-vigil; stop_pid "$DIR/kwok.pid" kwok
 stop_apiserver "$DIR"; stop_kine "$DIR"
 rm -rf "$DIR/pki" "$DIR/kine" "$DIR"/*.pid "$DIR"/*.port "$DIR"/*.log "$DIR"/*.kubeconfig "$DIR"/*.token \
   "$DIR/tokens.csv" "$DIR/apiserver.args" "$DIR/cluster.env" "$DIR/cluster.json"
@@ -155,5 +162,6 @@ cat > "$DIR/cluster.json" <<EOF
 EOF
 
 ok=1
+if [[ "$WITH_KARPENTER" == 1 ]]; then bash "$HERE/karpenter/up.sh" "$DIR" || die "Karpenter did not start (the control plane keeps running; down.sh stops it)"; fi
 log "cluster up in $DIR (kube-apiserver $K8S_VERSION at $SERVER, kine $KINE_VERSION on :$KINE_PORT)"
 echo "$DIR/admin.kubeconfig"

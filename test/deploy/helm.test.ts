@@ -171,8 +171,17 @@ test('the DaemonSet: system-node-critical, every taint tolerated, NODE_NAME from
 test('RBAC and the admission policy come from deploy/ and follow the release namespace and ServiceAccount', () => {
   const source = YAML.parseAllDocuments(readFileSync(path.join(ROOT, 'deploy/rbac.yaml'), 'utf8')).map((d) => d.toJS() as Manifest);
   const docs = helmTemplate({ serviceAccount: { name: 'node-vigil' } }, { namespace: 'ops', release: 'fleet' });
-  const role = only<k8s.V1ClusterRole>(docs, 'ClusterRole');
+  // The agent's role; <release>-logs is the operators' role for `vigil logs` (deploy/rbac-logs.yaml), bound to no one.
+  const role = only<k8s.V1ClusterRole>(
+    docs.filter((d) => d.metadata.name !== 'fleet-vigil-logs'),
+    'ClusterRole',
+  );
   assert.deepEqual(role.rules, only<k8s.V1ClusterRole>(source, 'ClusterRole').rules);
+  const logsRole = docs.find((d) => d.kind === 'ClusterRole' && d.metadata.name === 'fleet-vigil-logs') as unknown as k8s.V1ClusterRole;
+  assert.ok(
+    logsRole?.rules?.some((r) => r.resources?.includes('nodes/proxy') && r.verbs.includes('get')),
+    'vigil logs: nodes/proxy get named in the chart',
+  );
   const binding = only<k8s.V1ClusterRoleBinding>(docs, 'ClusterRoleBinding');
   assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'node-vigil', namespace: 'ops' }]);
   assert.equal(binding.roleRef.name, role.metadata?.name);

@@ -54,9 +54,15 @@ test('a Fatal finding sets its condition False; a Warning becomes one events.k8s
   assert.ok(ev.eventTime, 'eventTime set');
   assert.equal(ev.series, undefined, 'a single occurrence has no series');
 
-  // The condition change is told as an Event too, with the reason code as its reason.
+  // The Fatal finding is told at once as an Event naming its entity, and the condition change as another.
+  const told = await waitFor('the Fatal finding Event', async () =>
+    (await eventsFor(cluster, node)).find(
+      (e) => e.reason === 'NvidiaXID79Error' && e.note === 'gpu:0000:3b:00: GPU has fallen off the bus',
+    ),
+  );
+  assert.equal(told.type, 'Warning');
   const transition = await waitFor('the transition Event', async () =>
-    (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error'),
+    (await eventsFor(cluster, node)).find((e) => e.reason === 'NvidiaXID79Error' && e.note?.startsWith('AcceleratedHardwareReady is')),
   );
   assert.equal(transition.type, 'Warning');
   assert.match(transition.note!, /^AcceleratedHardwareReady is False: /);

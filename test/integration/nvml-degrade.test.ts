@@ -89,7 +89,7 @@ test('GPUs present but no NVML library: the source reports itself blind (Unknown
   }
 });
 
-test('driver not loaded, then loaded: finding, then healthy, inventory and events', async () => {
+test('NVML init failing after a driver upgrade is Unknown naming the cause, never a GPU fault; loaded again, it sees', async () => {
   const env = setup(2);
   env.cfg.rc = { nvmlInit_v2: 9 };
   env.write();
@@ -97,23 +97,103 @@ test('driver not loaded, then loaded: finding, then healthy, inventory and event
   const sink = new RecordingSink();
   try {
     await monitor.start(sink);
-    assert.match(sink.findings[0].message, /DRIVER_NOT_LOADED: the NVIDIA kernel module is not loaded/);
+    assert.deepEqual(sink.reasons(), [], 'DRIVER_NOT_LOADED: no finding, so AcceleratedHardwareReady never goes False');
+    assert.deepEqual(
+      sink.sources.map((r) => [r.up, r.reason, r.conditions]),
+      [[false, 'NvidiaMonitoringUnavailable', ['AcceleratedHardwareReady']]],
+    );
+    assert.match(sink.sources[0].message ?? '', /^2 NVIDIA GPUs are on the PCI bus but NVML cannot be initialised: .*DRIVER_NOT_LOADED/);
+    assert.equal(monitor.snapshot().nvmlUsable, false);
+    // The driver was upgraded without a reboot: still Unknown, and the reason now names the mismatch.
     env.cfg.rc = { nvmlInit_v2: 18 };
     env.write();
-    sink.clear();
-    await monitor.pollOnce();
-    assert.match(sink.findings[0].message, /LIB_RM_VERSION_MISMATCH.*upgraded without a reboot/);
-    delete env.cfg.rc;
-    env.write();
-    sink.clear();
     await monitor.pollOnce();
     assert.deepEqual(sink.reasons(), []);
+    assert.equal(sink.sources.length, 2);
+    assert.equal(sink.sources[1].up, false);
+    assert.match(sink.sources[1].message ?? '', /LIB_RM_VERSION_MISMATCH.*upgraded without a reboot/);
+    assert.match(monitor.snapshot().nvmlUnusableReason ?? '', /LIB_RM_VERSION_MISMATCH/);
+    // The same failure again says nothing new.
+    await monitor.pollOnce();
+    assert.equal(sink.sources.length, 2);
+    delete env.cfg.rc;
+    env.write();
+    await monitor.pollOnce();
+    assert.deepEqual(sink.reasons(), []);
+    assert.deepEqual(
+      sink.sources.map((r) => r.up),
+      [false, false, true],
+    );
     assert.equal(sink.healthyFor('NvidiaDriverNotLoaded', '').length, 1);
     assert.equal(monitor.inventory().length, 2);
     const end = Date.now() + 3_000;
     while (monitor.snapshot().events.status !== 'running' && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
     env.event({ gpu: 1, type: 8, data: 48 });
     await sink.waitFor((f) => f.reason === 'NvidiaXID48Error');
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('a PCIe GPU (NVLink state NOT_SUPPORTED) never raises NVLink-down, however often it is polled', async () => {
+  const env = setup(2);
+  env.gpu(1, { nvlink: null, fabric: null }); // PCIe card: nvmlDeviceGetNvLinkState answers NOT_SUPPORTED
+  const { monitor } = fakeMonitor(env, { events: false });
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    for (let i = 0; i < 3; i++) await monitor.pollOnce();
+    const checks = monitor.snapshot().checks.filter((c) => c.gpu === 1 && c.check.startsWith('nvlink'));
+    assert.deepEqual(
+      checks.map((c) => [c.check, c.status]),
+      [
+        ['nvlinkState', 'skip'],
+        ['nvlinkErrors', 'skip'],
+      ],
+    );
+    assert.match(checks[0].message, /no NVLink/);
+    assert.deepEqual(sink.reasons(), []);
+    // The NVLink GPU next to it is still judged: a link going down there is reported.
+    env.gpu(0, { nvlink: { links: 18, inactive: [5] } });
+    await monitor.pollOnce();
+    assert.deepEqual(sink.reasons(), ['NvidiaNVLinkError']);
+    assert.equal(sink.findings[0].entity, 'gpu:0000:18:00');
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('an old NVLink CRC, ECC and PCIe replay count on a healthy GPU is not a fault; only an increase is', async () => {
+  const env = setup(1);
+  const crc = Array.from({ length: 18 }, () => [0, 0, 5_000_000, 40_000, 0]);
+  env.gpu(0, {
+    nvlink: { links: 18, errors: crc },
+    eccUncorrectedVolatile: 12,
+    eccCorrectedVolatile: 9_000,
+    pcie: { replay: 250_000 },
+  });
+  let now = 1_700_000_000_000;
+  const { monitor } = fakeMonitor(env, { events: false }, () => now);
+  const sink = new RecordingSink();
+  try {
+    await monitor.start(sink);
+    now += 120_000;
+    await monitor.pollOnce();
+    now += 120_000;
+    await monitor.pollOnce();
+    assert.deepEqual(sink.reasons(), [], 'lifetime totals alone raise nothing');
+    const status = (check: string) => monitor.snapshot().checks.find((c) => c.check === check)?.status;
+    assert.deepEqual(['nvlinkErrors', 'eccUncorrected', 'eccCorrected', 'pcieReplay'].map(status), ['ok', 'ok', 'ok', 'ok']);
+    crc[3][2] += 1;
+    env.gpu(0, { nvlink: { links: 18, errors: crc }, eccCorrectedVolatile: 9_001 });
+    now += 120_000;
+    await monitor.pollOnce();
+    assert.deepEqual(sink.reasons(), ['NvidiaSingleBitEccError'], 'one new CRC error in 2 min is below 100/s; a new SBE is Info');
+    crc[3][0] += 1; // a replay error: counted from the baseline, reported
+    env.gpu(0, { nvlink: { links: 18, errors: crc } });
+    now += 120_000;
+    await monitor.pollOnce();
+    assert.ok(sink.reasons().includes('NvidiaNVLinkErrorCounters'));
   } finally {
     await monitor.stop();
   }

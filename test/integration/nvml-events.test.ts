@@ -52,13 +52,19 @@ test('event kinds: Xid warning vs fatal (configurable), double-bit ECC, recovery
     env.gpu(1, { recoveryAction: 1 }); // read by the event worker when the event arrives
     env.event({ gpu: 0, type: 8, data: 31 });
     env.event({ gpu: 0, type: 8, data: 13 });
-    env.event({ gpu: 1, type: 1 }); // single-bit ECC: not subscribed
+    env.event({ gpu: 1, type: 1 }); // single-bit ECC: Info
     env.event({ gpu: 1, type: 2 });
     env.event({ gpu: 1, type: 0x8000 });
     await sink.waitFor((f) => f.reason === 'NvidiaRecoveryActionRequired');
-    assert.deepEqual(sink.reasons(), ['NvidiaXID31Warning', 'NvidiaXID13Error', 'NvidiaDoubleBitError', 'NvidiaRecoveryActionRequired']);
-    assert.equal(sink.findings[3].attrs?.recoveryAction, 1);
-    assert.equal(sink.findings[2].entity, 'gpu:0000:28:00');
+    assert.deepEqual(sink.reasons(), [
+      'NvidiaXID31Warning',
+      'NvidiaXID13Error',
+      'NvidiaSingleBitEccError',
+      'NvidiaDoubleBitError',
+      'NvidiaRecoveryActionRequired',
+    ]);
+    assert.equal(sink.findings[4].attrs?.recoveryAction, 1);
+    assert.equal(sink.findings[3].entity, 'gpu:0000:28:00');
   } finally {
     await monitor.stop();
   }
@@ -75,7 +81,7 @@ test('events register only what each GPU supports', async () => {
     assert.deepEqual(
       devs.map((d) => [d.index, d.mask, d.rc]),
       [
-        [0, 0xc80a, 0],
+        [0, 0xcc0b, 0], // SBE, DBE, Xid, DRAM retirement event and failure, GPU unavailable, recovery action
         [1, 0x8, 0],
       ],
     );

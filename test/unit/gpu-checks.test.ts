@@ -265,6 +265,7 @@ test('evaluateGpu runs every check and carries state forward', () => {
       'rowRemapPending',
       'retiredPages',
       'eccUncorrected',
+      'eccCorrected',
       'pcieReplay',
       'pcieLinkWidth',
       'clockHwSlowdown',
@@ -273,6 +274,7 @@ test('evaluateGpu runs every check and carries state forward', () => {
       'temperature',
       'nvlinkState',
       'nvlinkErrors',
+      'fabric',
       'recoveryAction',
       'inforom',
     ],
@@ -324,7 +326,16 @@ test('Xid events use the fatal-Xid table and the kernel-log entity', () => {
   assert.equal(eventFindings(ev(0x4000), gpu, cfg)[0].reason, 'NvidiaGPULost');
   assert.equal(eventFindings(ev(0x8000, 0, { recoveryAction: 2 }), gpu, cfg)[0].reason, 'NvidiaRecoveryActionRequired');
   assert.deepEqual(eventFindings(ev(0x8000, 0, { recoveryAction: 0 }), gpu, cfg), []);
-  assert.deepEqual(eventFindings(ev(0x1), gpu, cfg), []);
+  // Single-bit ECC and pending retirement/remap events: Info and Warning, never Fatal.
+  assert.deepEqual(
+    eventFindings(ev(0x1), gpu, cfg).map((f) => [f.reason, lookupReason(f.reason)?.severity]),
+    [['NvidiaSingleBitEccError', 'Info']],
+  );
+  assert.deepEqual(
+    eventFindings(ev(0x400), gpu, cfg).map((f) => [f.reason, lookupReason(f.reason)?.severity]),
+    [['NvidiaRowRemapPending', 'Warning']],
+  );
+  assert.deepEqual(eventFindings(ev(0x10), gpu, cfg), [], 'a clock event only makes the monitor re-read the clock-event reasons');
   const mig = eventFindings(ev(8, 31, { gpuInstanceId: 1, computeInstanceId: 0 }), gpu, cfg)[0];
   assert.equal(mig.attrs?.gpuInstance, 1);
 });

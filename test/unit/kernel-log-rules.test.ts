@@ -77,7 +77,6 @@ test('benign look-alikes raise nothing', () => {
     'WARNING: CPU: 3 PID: 1 at kernel/sched/core.c:1234 update_rq_clock+0x1a/0x30',
     'x86/cpu: BUGS: spectre_v1 spectre_v2 spec_store_bypass',
     'DEBUG: driver probe complete',
-    'watchdog: Watchdog detected hard LOCKUP on cpu 3',
     'Out of memory and no killable processes...',
     'EXT4-fs (sda1): mounted filesystem with ordered data mode. Opts: errors=remount-ro',
     'EXT4-fs (sda1): re-mounted. Opts: errors=remount-ro',

@@ -11,7 +11,7 @@ import type { BuiltinFinding, Entity } from '../../api/types.ts';
 import type { ReasonName } from '../../catalog/index.ts';
 import { nvmlReturnName, NVML_RETURN } from '../../sources/nvml/errors.ts';
 import { CLOCK_REASON_BITS, EVENT_BITS, type GpuSample, type NvmlEvent } from '../../sources/nvml/protocol.ts';
-import { RECOVERY_ACTION_NAMES, RECOVERY_ACTION_XID, decideXid } from '../xid/policy.ts';
+import { NVLINK5_XIDS, RECOVERY_ACTION_NAMES, RECOVERY_ACTION_XID, decideXid } from '../xid/policy.ts';
 import type { GpuConfig } from './config.ts';
 import { entityOf, gpuAttrs, gpuLabel, type GpuInfo } from './inventory.ts';
 
@@ -30,9 +30,16 @@ export interface CheckResult {
   finding?: BuiltinFinding;
 }
 
-/** What one GPU's checks remember between polls (keyed by UUID in the monitor). */
+/**
+ * What one GPU's checks remember between polls (keyed by UUID in the monitor). The counter
+ * baselines (ecc, eccCorrected, replay, nvlinkCounters) also persist in the state file (see
+ * baselines.ts), so a restart judges the increase since the last reading, never a lifetime total.
+ */
 export interface GpuCheckState {
   ecc: number | null;
+  /** When `ecc` was read (null: not known, e.g. state from before this field). */
+  eccAt?: number | null;
+  eccCorrected?: { value: number; at: number } | null;
   replay: { value: number; at: number } | null;
   /** NVLink links seen active since start: one going inactive is a fault. */
   nvlinkBaseline: number[];
@@ -41,7 +48,15 @@ export interface GpuCheckState {
 }
 
 export function initialCheckState(): GpuCheckState {
-  return { ecc: null, replay: null, nvlinkBaseline: [], nvlinkCounters: null, clockStreak: { slowdown: 0, thermal: 0, power: 0 } };
+  return {
+    ecc: null,
+    eccAt: null,
+    eccCorrected: null,
+    replay: null,
+    nvlinkBaseline: [],
+    nvlinkCounters: null,
+    clockStreak: { slowdown: 0, thermal: 0, power: 0 },
+  };
 }
 
 interface Ctx {
@@ -176,6 +191,34 @@ export function checkEccUncorrected(ctx: Ctx, s: GpuSample, prev: number | null)
     'ok',
     `${cur} uncorrectable ECC errors since the driver loaded, no growth`,
   );
+}
+
+/**
+ * Corrected (single-bit) ECC errors: Info when the volatile count grew since the baseline (the
+ * previous poll, or the reading persisted before a restart). The total alone is never reported.
+ */
+export function checkEccCorrected(
+  ctx: Ctx,
+  s: GpuSample,
+  prev: GpuCheckState['eccCorrected'],
+): { result: CheckResult; next: GpuCheckState['eccCorrected'] } {
+  const cur = s.eccCorrectedVolatile ?? null;
+  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, number>) =>
+    gpuResult(ctx, 'eccCorrected', 'NvidiaSingleBitEccError', status, msg, attrs);
+  if (cur === null)
+    return { result: mk('skip', whyMissing(s, ['nvmlDeviceGetTotalEccErrors'], 'ECC disabled or not supported')), next: prev ?? null };
+  const here = { value: cur, at: ctx.now };
+  // No baseline, or the count went down (driver reload reset it): this reading is the baseline.
+  if (!prev || cur < prev.value) return { result: mk('skip', `baseline: ${cur} corrected ECC errors since the driver loaded`), next: here };
+  if (cur > prev.value)
+    return {
+      result: mk('fail', `corrected (single-bit) ECC errors grew from ${prev.value} to ${cur}`, {
+        eccCorrected: cur,
+        eccCorrectedIncrease: cur - prev.value,
+      }),
+      next: here,
+    };
+  return { result: mk('ok', `${cur} corrected ECC errors since the driver loaded, no growth`), next: here };
 }
 
 // ------------------------------------------------------------------ PCIe
@@ -413,6 +456,96 @@ export function checkNvLinkErrors(
   return { result: mk('ok', `NVLink error counters: +${replayRecovery} replay/recovery, +${crc} CRC since the last poll`), next };
 }
 
+// ------------------------------------------------------------------ NVSwitch fabric
+
+/** nvmlGpuFabricState_t. */
+export const FABRIC_STATE = { NOT_SUPPORTED: 0, NOT_STARTED: 1, IN_PROGRESS: 2, COMPLETED: 3 } as const;
+const FABRIC_STATE_NAMES = ['NOT_SUPPORTED', 'NOT_STARTED', 'IN_PROGRESS', 'COMPLETED'];
+
+/**
+ * Faults in an nvmlGpuFabricInfo_v2 health mask, as the EKS agent reads DCGM's: the 2-bit fields
+ * degraded bandwidth (shift 0), route recovery (2), route unhealthy (4) and access-timeout
+ * recovery (6) are faulty at 1 (TRUE); incorrect configuration (4 bits at shift 8) at 2 or more.
+ */
+export function fabricHealthFaults(mask: number): string[] {
+  const out: string[] = [];
+  const two = [
+    [0, 'degraded bandwidth'],
+    [2, 'route recovery in progress'],
+    [4, 'route unhealthy'],
+    [6, 'access-timeout recovery in progress'],
+  ] as const;
+  for (const [shift, what] of two) if (((mask >>> shift) & 0x3) === 1) out.push(what);
+  const config = (mask >>> 8) & 0xf;
+  if (config >= 2) out.push(`incorrect configuration (${config})`);
+  return out;
+}
+
+/** Whether a GPU takes part in an NVSwitch fabric (the fabric query is supported and not NOT_SUPPORTED). */
+export function inFabric(s: GpuSample | undefined): boolean {
+  return !!s?.fabric && s.fabric.state !== FABRIC_STATE.NOT_SUPPORTED;
+}
+
+export function checkFabric(ctx: Ctx, s: GpuSample): CheckResult {
+  const f = s.fabric ?? null;
+  const mk = (status: CheckStatus, msg: string, attrs?: Record<string, string | number>) =>
+    gpuResult(ctx, 'fabric', 'NvidiaFabricError', status, msg, attrs);
+  if (!f || f.state === FABRIC_STATE.NOT_SUPPORTED)
+    return mk(
+      'skip',
+      whyMissing(
+        s,
+        ['nvmlDeviceGetGpuFabricInfoV', 'nvmlDeviceGetGpuFabricInfo'],
+        'no NVSwitch fabric (PCIe or NVLink-bridge GPU, or a driver before R535)',
+      ),
+    );
+  const state = FABRIC_STATE_NAMES[f.state] ?? `state ${f.state}`;
+  const attrs = { fabricState: state, fabricStatus: nvmlReturnName(f.status), cliqueId: f.cliqueId };
+  if (f.state !== FABRIC_STATE.COMPLETED)
+    return mk('fail', `NVSwitch fabric registration is ${state}, not COMPLETED: the GPU cannot use NVLink to its peers`, attrs);
+  if (f.status !== NVML_RETURN.SUCCESS)
+    return mk('fail', `NVSwitch fabric registration completed with status ${nvmlReturnName(f.status)}`, attrs);
+  const faults = f.healthMask === null ? [] : fabricHealthFaults(f.healthMask);
+  if (faults.length)
+    return mk('fail', `NVSwitch fabric health: ${faults.join(', ')} (mask 0x${f.healthMask!.toString(16)})`, {
+      ...attrs,
+      fabricHealthMask: f.healthMask!,
+    });
+  return mk('ok', `NVSwitch fabric registration COMPLETED (clique ${f.cliqueId})`);
+}
+
+/**
+ * The fabric manager must run where NVSwitches sit on this node's PCI bus and the GPUs take part in
+ * the fabric (HGX/DGX A100/H100). NVL5 systems (GB200) have no NVSwitch on the node's bus, so the
+ * check skips there, as on PCIe GPUs.
+ */
+export function checkFabricManager(
+  nvswitches: number,
+  fabricGpus: number,
+  fm: { running: boolean; pids: number[] } | null,
+  now: number,
+): CheckResult {
+  const base = { check: 'fabricManager', gpu: null, entity: '', reason: 'FabricManagerNotRunning' } as const;
+  if (nvswitches === 0 || fabricGpus === 0)
+    return {
+      ...base,
+      status: 'skip',
+      message:
+        nvswitches === 0
+          ? 'no NVSwitch on the PCI bus: no fabric manager needed'
+          : 'no GPU reports an NVSwitch fabric: no fabric manager needed',
+    };
+  if (!fm) return { ...base, status: 'skip', message: 'cannot tell whether nv-fabricmanager runs (/proc unreadable)' };
+  if (fm.running) return { ...base, status: 'ok', message: `nv-fabricmanager runs (pid ${fm.pids.join(', ')})` };
+  const message = `${nvswitches} NVSwitch${nvswitches === 1 ? '' : 'es'} on the PCI bus and ${fabricGpus} GPU${fabricGpus === 1 ? '' : 's'} in the fabric, but no nv-fabricmanager process runs (systemctl status nvidia-fabricmanager)`;
+  return {
+    ...base,
+    status: 'fail',
+    message,
+    finding: { reason: base.reason, message, source: 'procfs', entity: '', at: now, attrs: { nvswitches, fabricGpus } },
+  };
+}
+
 // ------------------------------------------------------------------ driver-reported state
 
 export { RECOVERY_ACTION_NAMES };
@@ -467,21 +600,26 @@ export function evaluateGpu(
   const clocks = checkClockEvents(ctx, s, prev.clockStreak);
   const link = checkNvLinkState(ctx, s, prev.nvlinkBaseline);
   const linkErr = checkNvLinkErrors(ctx, s, prev.nvlinkCounters);
+  const corrected = checkEccCorrected(ctx, s, prev.eccCorrected ?? null);
   const results = [
     ...checkRowRemap(ctx, s),
     checkRetiredPages(ctx, s),
     checkEccUncorrected(ctx, s, prev.ecc),
+    corrected.result,
     replay.result,
     checkPcieWidth(ctx, s),
     ...clocks.results,
     checkTemperature(ctx, s),
     link.result,
     linkErr.result,
+    checkFabric(ctx, s),
     checkRecoveryAction(ctx, s),
     checkInforom(ctx, s),
   ];
   const state: GpuCheckState = {
     ecc: s.eccUncorrectedVolatile ?? prev.ecc,
+    eccAt: s.eccUncorrectedVolatile !== null ? now : (prev.eccAt ?? null),
+    eccCorrected: corrected.next,
     replay: replay.next,
     nvlinkBaseline: link.next,
     nvlinkCounters: linkErr.next,
@@ -602,13 +740,15 @@ export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now =
   if (ev.eventType & EVENT_BITS.XidCriticalError) {
     const xid = ev.eventData;
     // The Xid policy decides, as for the kernel-log line. NVML carries no NVLink5 severity token;
-    // for Xid 154 the event worker reads the recovery action (field 230) the line would state.
+    // for Xid 154 and 144-150 the event worker reads the recovery action (field 230) instead.
     const d = decideXid(
       {
         code: xid,
         pci: gpu.pci,
         index: gpu.index,
-        ...(xid === RECOVERY_ACTION_XID && ev.recoveryAction !== null ? { recoveryAction: ev.recoveryAction } : {}),
+        ...((xid === RECOVERY_ACTION_XID || (xid >= NVLINK5_XIDS.first && xid <= NVLINK5_XIDS.last)) && ev.recoveryAction !== null
+          ? { recoveryAction: ev.recoveryAction }
+          : {}),
       },
       { fatalXids: cfg.fatalXids, recoveryActionsFatal: cfg.thresholds.recoveryActionsFatal },
     );
@@ -616,6 +756,18 @@ export function eventFindings(ev: NvmlEvent, gpu: GpuInfo, cfg: GpuConfig, now =
     out.push({ ...r, entity: d.entity });
   }
   if (ev.eventType & EVENT_BITS.DoubleBitEccError) out.push(f('NvidiaDoubleBitError', 'uncorrectable (double-bit) ECC error event'));
+  if (ev.eventType & EVENT_BITS.SingleBitEccError)
+    out.push(f('NvidiaSingleBitEccError', 'corrected (single-bit) ECC error event', { eventType: 'SingleBitEccError' }));
+  if (ev.eventType & EVENT_BITS.SingleBitEccErrorStorm)
+    out.push(f('NvidiaSingleBitEccError', 'storm of corrected (single-bit) ECC errors', { eventType: 'SingleBitEccErrorStorm' }));
+  if (ev.eventType & EVENT_BITS.DramRetirementEvent)
+    out.push(
+      f(
+        'NvidiaRowRemapPending',
+        'DRAM retirement event: a memory row was remapped (or a page retired) and takes effect at the next GPU reset',
+        { eventType: 'DramRetirementEvent' },
+      ),
+    );
   if (ev.eventType & EVENT_BITS.DramRetirementFailure)
     out.push(f('NvidiaRowRemapFailure', 'DRAM retirement failure event: a failing memory row could not be remapped or retired'));
   if (ev.eventType & EVENT_BITS.GpuUnavailableError) out.push(f('NvidiaGPULost', 'GPU unavailable event: the GPU is no longer usable'));

@@ -69,6 +69,27 @@ export async function detectNvidiaPciFunctions(sysRoot = '/sys'): Promise<PciFun
   return found;
 }
 
+/**
+ * NVSwitches on this node's PCI bus (vendor 0x10de, class 0x0680xx "other bridge"), as on HGX/DGX
+ * A100 and H100 boards. Their presence means a fabric manager must run for the GPUs' NVLinks.
+ */
+export async function countNvSwitches(sysRoot = '/sys'): Promise<number> {
+  const dir = join(sysRoot, 'bus/pci/devices');
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch {
+    return 0;
+  }
+  let n = 0;
+  for (const name of names) {
+    const base = join(dir, name);
+    if ((await readTrim(join(base, 'vendor'))) !== '0x10de') continue;
+    if (/^0x0680[0-9a-f]{2}$/.test((await readTrim(join(base, 'class'))) ?? '')) n++;
+  }
+  return n;
+}
+
 /** One GPU as NVML enumerates it. */
 export interface GpuInfo {
   index: number;

@@ -7,11 +7,14 @@
  * With the shared scheduler, pass `ownTimer: false` and schedule `pollOnce()` every
  * `pollIntervalMs`; without it the monitor runs its own jittered timer.
  */
+import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
 import { lookupReason } from '../../catalog/index.ts';
 import { errorMessage } from '../../util/errors.ts';
+import { readBootId } from '../../util/boot-id.ts';
+import { scanProcesses } from '../../sources/host/procs.ts';
 import { NvmlPollClient, NvmlEventClient, nvmlThreadsLeft, type HangReport, type LogFn } from '../../sources/nvml/client.ts';
 import {
   NvmlError,
@@ -31,21 +34,32 @@ import {
   type NvmlEvent,
   type PollResult,
 } from '../../sources/nvml/protocol.ts';
+import { aerDevices, checkAer, readAer, type AerHistory } from './aer.ts';
+import { exportBaselines, importBaselines, type PersistedGpuBaselines } from './baselines.ts';
 import {
   checkDeviceCount,
+  checkFabricManager,
   driverLoaded,
-  driverNotLoaded,
   evaluateGpu,
   eventFindings,
   gpuGone,
   initFailureDetail,
+  inFabric,
   initialCheckState,
   nvmlTimeout,
   type CheckResult,
   type GpuCheckState,
 } from './checks.ts';
 import { gpuConfigSchema, type GpuConfig, type GpuConfigInput } from './config.ts';
-import { GpuInventory, detectNvidiaPciFunctions, entityOf, normalizePci, type GpuInfo, type PciFunction } from './inventory.ts';
+import {
+  GpuInventory,
+  countNvSwitches,
+  detectNvidiaPciFunctions,
+  entityOf,
+  normalizePci,
+  type GpuInfo,
+  type PciFunction,
+} from './inventory.ts';
 
 export interface GpuMonitorOptions {
   /** The `gpu` config section, parsed or not. */
@@ -57,6 +71,14 @@ export interface GpuMonitorOptions {
   now?: () => number;
   /** Run a fallback poll timer (default true). Set false when the shared scheduler calls pollOnce(). */
   ownTimer?: boolean;
+  /** Root of the host's / for /proc (fabric manager process); default: the parent of sysRoot. */
+  hostRoot?: string;
+  /** Counter baselines persisted by an earlier run (state file key `gpu`); checked, never trusted. */
+  restoredBaselines?: unknown;
+  /** This boot's id (baselines from another boot are dropped); default /proc/sys/kernel/random/boot_id. */
+  bootId?: string;
+  /** Called after a poll changed the counter baselines, so the agent saves them. */
+  onBaselines?: () => void;
 }
 
 export type GpuMonitorState = 'new' | 'off' | 'running' | 'stopped';
@@ -77,6 +99,10 @@ export interface GpuSnapshot {
   lastPollAt: number | null;
   /** Whether NVML can see: false when it cannot be loaded (the condition is Unknown), null before the first try. */
   nvmlUsable: boolean | null;
+  /** Why NVML cannot see (the message of the Unknown condition), null while it can. */
+  nvmlUnusableReason: string | null;
+  /** NVSwitch functions on the PCI bus (0 on PCIe and NVL5 nodes). */
+  nvswitches: number;
 }
 
 const MAX_EVENT_BACKOFF_MS = 60_000;
@@ -119,6 +145,12 @@ export class GpuMonitor implements Monitor {
   private booted = false;
   /** Event workers abandoned in a hung call that have not exited yet. */
   private readonly eventStuck = new Set<Worker>();
+  private readonly hostRoot: string;
+  private readonly bootId: string;
+  private readonly onBaselines: () => void;
+  private aerHistory: AerHistory = new Map();
+  private nvswitches = 0;
+  private unusableReason: string | null = null;
 
   constructor(opts: GpuMonitorOptions) {
     this.config = gpuConfigSchema.parse(opts.config ?? {});
@@ -127,6 +159,15 @@ export class GpuMonitor implements Monitor {
     this.sysRoot = opts.sysRoot ?? '/sys';
     this.now = opts.now ?? Date.now;
     this.ownTimer = opts.ownTimer ?? true;
+    this.hostRoot = opts.hostRoot ?? path.dirname(this.sysRoot);
+    this.bootId = opts.bootId ?? safeBootId();
+    this.onBaselines = opts.onBaselines ?? (() => {});
+    const restored = importBaselines(opts.restoredBaselines, this.bootId, this.now(), this.config.counterWindow);
+    this.checkState = restored.states;
+    this.aerHistory = restored.aer;
+    if (restored.note) this.log({}, restored.note);
+    else if (restored.states.size || restored.aer.size)
+      this.log({ gpus: restored.states.size, aerDevices: restored.aer.size }, 'GPU counter baselines restored from the state file');
     this.pollClient = new NvmlPollClient({
       libraryPath: this.config.libraryPath,
       watchdogMs: this.config.watchdog,
@@ -163,7 +204,8 @@ export class GpuMonitor implements Monitor {
       return;
     }
     this.state = 'running';
-    this.log({ pciGpus: this.pciFunctions.length }, 'NVIDIA GPUs found on the PCI bus; starting GPU monitor');
+    this.nvswitches = await countNvSwitches(this.sysRoot);
+    this.log({ pciGpus: this.pciFunctions.length, nvswitches: this.nvswitches }, 'NVIDIA GPUs found on the PCI bus; starting GPU monitor');
     await this.pollOnce();
     // Events that happen before registration are never delivered, so return only once registered
     // (bounded: a failing event worker retries in the background).
@@ -212,7 +254,14 @@ export class GpuMonitor implements Monitor {
       checks: [...this.results],
       lastPollAt: this.lastPollAt,
       nvmlUsable: this.sourceUp ?? null,
+      nvmlUnusableReason: this.sourceUp === false ? this.unusableReason : null,
+      nvswitches: this.nvswitches,
     };
+  }
+
+  /** The counter baselines to persist (state file key `gpu`). */
+  baselines(): PersistedGpuBaselines {
+    return exportBaselines(this.bootId, this.checkState, this.aerHistory);
   }
 
   // ---------------------------------------------------------------- polling
@@ -234,9 +283,13 @@ export class GpuMonitor implements Monitor {
   private async doPoll(): Promise<void> {
     const started = performance.now();
     try {
+      if (this.nvswitches > 0) await this.scanFabricManager();
       const results = await this.collect();
       if (this.state !== 'running') return;
+      // AER counters come from sysfs: they are read even while NVML is unusable.
+      if (this.config.aer) results.push(...this.aerResults(this.now()));
       this.publish(results);
+      this.onBaselines();
       // NVML came up after start (driver loaded late): subscribe to events now.
       if (this.booted && this.eventStatus.status === 'off') void this.maybeStartEvents();
     } catch (err) {
@@ -294,7 +347,10 @@ export class GpuMonitor implements Monitor {
 
   /** Says whether NVML can see (the agent makes AcceleratedHardwareReady Unknown while it cannot). */
   private reportSource(up: boolean, message?: string): void {
-    if (up === this.sourceUp) return;
+    // Down again for another cause (DRIVER_NOT_LOADED, then LIB_RM_VERSION_MISMATCH): say so.
+    const changed = !up && this.sourceUp === false && (message ?? 'NVML is unusable') !== this.unusableReason;
+    if (!up) this.unusableReason = message ?? 'NVML is unusable';
+    if (up === this.sourceUp && !changed) return;
     this.sourceUp = up;
     this.out?.source({
       component: 'gpu',
@@ -327,8 +383,15 @@ export class GpuMonitor implements Monitor {
       err instanceof NvmlError &&
       (err.fn === 'nvmlInit_v2' || err.code === NVML_RETURN.UNINITIALIZED || err.code === NVML_RETURN.DRIVER_NOT_LOADED)
     ) {
+      // Init failing (driver not loaded, or upgraded without a reboot: LIB_RM_VERSION_MISMATCH) is
+      // a monitoring failure, not a GPU fault: Unknown with the cause, never False (no node
+      // replaced for a fleet-wide driver rollout). Each poll tries again.
       this.pollClient.reset('init-failed');
-      return driverNotLoaded(err.fn === 'nvmlInit_v2' ? initFailureDetail(err.code) : err.message, n, this.config.libraryPath, now);
+      const detail = err.fn === 'nvmlInit_v2' ? initFailureDetail(err.code) : err.message;
+      const message = `${n} NVIDIA GPU${n === 1 ? ' is' : 's are'} on the PCI bus but NVML cannot be initialised: ${detail}`;
+      if (this.unusableReason !== message || this.sourceUp !== false) this.log({ err: detail }, 'NVML unusable');
+      this.reportSource(false, message);
+      return { check: 'driver', gpu: null, entity: '', reason: '', status: 'skip', message: `NVML unusable: ${detail}` };
     }
     this.log({ err: errorMessage(err) }, 'NVML poll failed');
     return { check: 'poll', gpu: null, entity: '', reason: '', status: 'skip', message: `poll failed: ${errorMessage(err)}` };
@@ -391,6 +454,7 @@ export class GpuMonitor implements Monitor {
       results.push(...r);
     }
     this.samples = samples;
+    results.push(this.fabricManagerResult(samples, now));
     if (reinit) {
       // A GPU was just lost or needs a reset: re-initialise NVML and re-register events.
       this.log({}, 'GPU lost or needs reset; re-initialising NVML');
@@ -418,6 +482,57 @@ export class GpuMonitor implements Monitor {
       sent.add(key(r));
       out.healthy({ reasons: [r.reason], entity: r.entity, source: 'nvml', at });
     }
+  }
+
+  /** The fabric manager check, run only where NVSwitches are on the bus and GPUs are in a fabric. */
+  private fabricManagerResult(samples: Record<number, GpuSample>, now: number): CheckResult {
+    const fabricGpus = Object.values(samples).filter(inFabric).length;
+    // Read /proc only when it matters (an NVSwitch system with GPUs in the fabric).
+    const fm = this.nvswitches > 0 && fabricGpus > 0 ? this.fabricManager : null;
+    return checkFabricManager(this.nvswitches, fabricGpus, fm, now);
+  }
+
+  private fabricManager: { running: boolean; pids: number[] } | null = null;
+
+  /** Looks for the nv-fabricmanager process (comm is cut to 15 characters: "nv-fabricmanage"). */
+  private async scanFabricManager(): Promise<void> {
+    try {
+      const procs = await scanProcesses(this.hostRoot);
+      const pids = procs.filter((p) => p.comm.startsWith('nv-fabricmanage') && p.state !== 'Z').map((p) => p.pid);
+      this.fabricManager = { running: pids.length > 0, pids };
+    } catch (err) {
+      this.log({ err: errorMessage(err) }, 'cannot scan /proc for nv-fabricmanager');
+      this.fabricManager = null;
+    }
+  }
+
+  /** AER counters of every GPU function in sysfs and the ports above it. */
+  private aerResults(now: number): CheckResult[] {
+    const t = this.config.thresholds;
+    const devices = aerDevices(
+      this.sysRoot,
+      this.pciFunctions.map((f) => f.address),
+    );
+    const next: AerHistory = new Map();
+    const results: CheckResult[] = [];
+    for (const d of devices) {
+      const gpuIndex = this.inv.byPci(d.gpu)?.index ?? null;
+      const r = checkAer(
+        d,
+        gpuIndex,
+        readAer(this.sysRoot, d.bdf),
+        this.aerHistory.get(d.bdf) ?? [],
+        {
+          correctedCount: t.aerCorrectedCount,
+          correctedWindowMs: t.aerCorrectedWindowMs,
+        },
+        now,
+      );
+      if (r.history.length) next.set(d.bdf, r.history);
+      results.push(...r.results);
+    }
+    this.aerHistory = next;
+    return results;
   }
 
   // ---------------------------------------------------------------- events
@@ -521,8 +636,9 @@ export class GpuMonitor implements Monitor {
   private onEvent(e: NvmlEvent): void {
     const gpu = this.gpuFor(e.index, e.uuid, e.busId);
     for (const f of eventFindings(e, gpu, this.config)) this.emit(f);
-    // A GPU that just became unusable: let the poll confirm it and re-initialise.
-    if (e.eventType & EVENT_BITS.GpuUnavailableError) void this.pollOnce();
+    // A GPU that just became unusable: let the poll confirm it and re-initialise. A clock or
+    // retirement event: read the clock-event reasons and remapped rows now rather than next poll.
+    if (e.eventType & (EVENT_BITS.GpuUnavailableError | EVENT_BITS.Clock | EVENT_BITS.DramRetirementEvent)) void this.pollOnce();
   }
 
   /** The GPU at an NVML index: from the inventory, or from what the poll worker read before it hung. */
@@ -560,5 +676,14 @@ export class GpuMonitor implements Monitor {
 
   private emit(f: Finding): void {
     if (this.state === 'running') this.out?.finding(f);
+  }
+}
+
+/** The boot id, or a per-process one when unreadable (then persisted baselines are simply not reused). */
+function safeBootId(): string {
+  try {
+    return readBootId();
+  } catch {
+    return `unknown-${process.pid}-${Date.now()}`;
   }
 }

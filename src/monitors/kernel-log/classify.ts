@@ -64,11 +64,39 @@ function escapeRe(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 }
 
+/**
+ * One regex that finds any of `words`, with shared prefixes factored out ("achine Check|achine check"
+ * becomes "achine (?:C|c)heck"): the regex engine then tries one branch per first character at each
+ * position instead of every word, which keeps the test fast as rules are added.
+ */
+export function trieRegExp(words: readonly string[], flags = ''): RegExp {
+  type Node = Map<string, Node>;
+  const root: Node = new Map();
+  const END = '';
+  for (const w of words) {
+    let n = root;
+    for (const ch of w) {
+      let next = n.get(ch);
+      if (!next) n.set(ch, (next = new Map()));
+      n = next;
+    }
+    n.set(END, new Map());
+  }
+  const render = (n: Node): string => {
+    if (n.has(END)) return ''; // a shorter word ends here: any longer one holds it
+    const branches = [...n].map(([ch, child]) => escapeRe(ch) + render(child));
+    return branches.length === 1 ? branches[0] : `(?:${branches.join('|')})`;
+  };
+  return new RegExp(render(root) || '(?!)', flags);
+}
+
 export class KernelLogClassifier {
   private readonly env: RuleEnv;
   private readonly rules: readonly KernelRule[];
-  /** One test of every keyword of every built-in rule: most lines stop here. */
+  /** One search for every keyword of every built-in rule: most lines stop here. */
   private readonly prefilter: RegExp;
+  /** For each word the search finds, the rules (a bit per index in `rules`) that word can start. */
+  private readonly wordRules = new Map<string, number>();
   private readonly userRules: readonly UserRule[];
   private readonly npd: NpdMatcher[];
   private readonly joinWindowMs: number;
@@ -89,8 +117,15 @@ export class KernelLogClassifier {
     };
     this.rules = BUILTIN_RULES;
     const words = new Set<string>(['NVRM']);
-    for (const r of this.rules) for (const k of r.keywords) words.add(k);
-    this.prefilter = new RegExp([...words].map(escapeRe).join('|'));
+    for (const r of this.rules) for (const k of r.prefilter ?? r.keywords) words.add(k);
+    // A word that holds another ("NVRM: Xid" holds "NVRM") adds nothing to the test.
+    const needed = [...words].filter((w) => ![...words].some((o) => o !== w && w.includes(o)));
+    if (this.rules.length > 31) throw new Error('the rule bit mask holds 31 rules');
+    this.rules.forEach((r, i) => {
+      for (const k of r.prefilter ?? r.keywords)
+        for (const w of needed) if (k.includes(w)) this.wordRules.set(w, (this.wordRules.get(w) ?? 0) | (1 << i));
+    });
+    this.prefilter = trieRegExp(needed, 'g');
     this.userRules = opts.userRules ?? [];
     this.source = opts.source ?? 'kmsg';
     this.maxChars = opts.maxMessageChars ?? 512;
@@ -109,8 +144,12 @@ export class KernelLogClassifier {
     const msg = line.message;
     if (typeof msg !== 'string' || msg === '') return [];
     const out: Finding[] = [];
-    if (this.prefilter.test(msg)) {
-      const hit = this.builtin(msg, at);
+    // The rules whose words occur in the line; nearly every line has none and stops here.
+    let mask = 0;
+    this.prefilter.lastIndex = 0;
+    for (let m = this.prefilter.exec(msg); m; m = this.prefilter.exec(msg)) mask |= this.wordRules.get(m[0]) ?? 0;
+    if (mask !== 0 || msg.includes('NVRM')) {
+      const hit = this.builtin(msg, at, mask);
       if (hit) out.push(this.toFinding(hit, msg, at));
     }
     for (const r of this.userRules) {
@@ -125,13 +164,14 @@ export class KernelLogClassifier {
     return out;
   }
 
-  private builtin(msg: string, at: number): RuleHit | null {
+  private builtin(msg: string, at: number, mask: number): RuleHit | null {
     if (msg.includes('NVRM')) {
       const nv = this.nvidiaState(msg, at);
       if (nv !== undefined) return nv;
     }
-    for (const rule of this.rules) {
-      if (!rule.keywords.some((k) => msg.includes(k))) continue;
+    for (let i = 0; i < this.rules.length; i++) {
+      const rule = this.rules[i];
+      if ((mask & (1 << i)) === 0 || !rule.keywords.some((k) => msg.includes(k))) continue;
       const hit = rule.match(msg, this.env);
       if (!hit) continue;
       if (hit.attrs?.xid === 79 && this.seenXid79(hit.entity, at)) return null;

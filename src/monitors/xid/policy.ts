@@ -51,7 +51,10 @@ export interface XidEvidence {
   index?: number;
   /** Xid 144-150: the severity token of the line. NVML events do not carry it. */
   nvlinkSeverity?: 'Fatal' | 'Nonfatal';
-  /** Xid 154: the recovery action now in force (RECOVERY_ACTION_NAMES). */
+  /**
+   * Xid 154: the recovery action now in force (RECOVERY_ACTION_NAMES). Xid 144-150 from NVML (no
+   * severity token): the action read right after the event, from which the severity follows.
+   */
   recoveryAction?: number;
 }
 
@@ -116,6 +119,14 @@ export function decideXid(e: XidEvidence, cfg: XidPolicyConfig): XidDecision {
     fatal = e.nvlinkSeverity === 'Fatal';
     why = `NVLink5 severity ${e.nvlinkSeverity}`;
     attrs.nvlinkSeverity = e.nvlinkSeverity;
+  } else if (code >= NVLINK5_XIDS.first && code <= NVLINK5_XIDS.last && e.recoveryAction !== undefined) {
+    // NVML events carry no severity token; a fatal NVLink5 error sets a reset/reboot recovery
+    // action (field 230, also announced as Xid 154), a non-fatal one leaves it as it was.
+    const a = e.recoveryAction;
+    fatal = (cfg.recoveryActionsFatal ?? DEFAULT_RECOVERY_ACTIONS_FATAL).includes(a);
+    const severity = fatal ? 'Fatal' : 'Nonfatal';
+    why = `NVLink5 severity ${severity} (from recovery action ${RECOVERY_ACTION_NAMES[a] ?? `action ${a}`} (${a}))`;
+    attrs.nvlinkSeverity = severity;
   } else if (code === RECOVERY_ACTION_XID && e.recoveryAction !== undefined) {
     const a = e.recoveryAction;
     fatal = (cfg.recoveryActionsFatal ?? DEFAULT_RECOVERY_ACTIONS_FATAL).includes(a);

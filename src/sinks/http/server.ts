@@ -4,6 +4,7 @@
  * /livez (200 while the process serves: for a liveness probe that must not restart a blind agent
  * forever), /conditions (current node health as JSON).
  */
+import { createReadStream } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
@@ -15,6 +16,8 @@ export interface StatusProvider {
   health(): NodeHealth;
   /** The agent's own health for /healthz. */
   agentHealth(): { status: 'ok' | 'degraded' | 'failed'; components: Record<string, ComponentHealth> };
+  /** A diagnostic bundle this agent kept (src/diagnostics/node-diagnostic), by file name; undefined for any other name. */
+  diagnosticBundle?(name: string): { path: string; bytes: number } | undefined;
 }
 
 export class HttpServer {
@@ -54,11 +57,29 @@ export class HttpServer {
         case '/conditions':
           return send(res, 200, 'application/json', JSON.stringify(this.status.health(), null, 2) + '\n');
         default:
+          if (url.pathname.startsWith('/diagnostics/')) return this.bundle(req, res, url.pathname.slice('/diagnostics/'.length));
           return send(res, 404, 'text/plain', 'not found: try /conditions, /metrics, /healthz or /livez\n');
       }
     } catch (err) {
       send(res, 500, 'text/plain', `${errorMessage(err)}\n`);
     }
+  }
+
+  /** Streams a kept bundle (fetched through the API server's node proxy by `vigil logs`). */
+  private bundle(req: http.IncomingMessage, res: http.ServerResponse, raw: string): void {
+    let name: string;
+    try {
+      name = decodeURIComponent(raw);
+    } catch {
+      name = '';
+    }
+    const b = name ? this.status.diagnosticBundle?.(name) : undefined;
+    if (!b) return send(res, 404, 'text/plain', 'no such diagnostic bundle\n');
+    res.writeHead(200, { 'content-type': 'application/gzip', 'content-length': String(b.bytes), 'cache-control': 'no-store' });
+    if (req.method === 'HEAD') return void res.end();
+    createReadStream(b.path)
+      .once('error', () => res.destroy())
+      .pipe(res);
   }
 
   async close(): Promise<void> {

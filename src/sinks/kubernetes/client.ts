@@ -13,6 +13,10 @@ export { kubeConfigAvailable, resolveNodeName } from './detect.ts';
 export interface KubeClients {
   core: k8s.CoreV1Api;
   events: k8s.EventsV1Api;
+  /** NodeDiagnostic resources (src/diagnostics/node-diagnostic). */
+  custom: k8s.CustomObjectsApi;
+  /** For watches, which the generated APIs do not do. */
+  kc: k8s.KubeConfig;
   server: string;
 }
 
@@ -50,6 +54,8 @@ export function makeClients(kubeconfig?: string): KubeClients {
   return {
     core: makeApiClient(kc, k8s.CoreV1Api),
     events: makeApiClient(kc, k8s.EventsV1Api),
+    custom: makeApiClient(kc, k8s.CustomObjectsApi),
+    kc,
     server: kc.getCurrentCluster()?.server ?? '',
   };
 }
@@ -115,4 +121,5 @@ export async function withDeadline<T>(
 }
 
 export const STRATEGIC_MERGE = k8s.PatchStrategy.StrategicMergePatch;
+export const MERGE_PATCH = k8s.PatchStrategy.MergePatch;
 export { k8s };

@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { ConditionState, NodeHealth } from '../../api/types.ts';
+import type { ActiveProblem, ConditionState, NodeHealth } from '../../api/types.ts';
 import { STRATEGIC_MERGE, toFailure, withDeadline, type ApiFailure, type KubeClients } from './client.ts';
 import { Backoff } from './backoff.ts';
 import { explainFailure } from './failures.ts';
@@ -15,7 +15,10 @@ export interface ConditionWriterOptions {
   nodeName: string;
   log: Logger;
   registry: Registry;
-  /** Changes within this window go out together (capped at 1 s). */
+  /**
+   * Writes go out at most once per this window (capped at 1 s): the first change after a quiet
+   * window is written at once (leading edge); changes that follow within it go out together.
+   */
   coalesceMs: number;
   /** Re-write period when nothing changed; 0 disables. */
   heartbeatMs: number;
@@ -78,6 +81,12 @@ export class ConditionWriter {
   private readonly timeoutMs: number;
 
   private readonly coalesceMs: number;
+  /** When the last write was sent (the injected clock); the next may go out coalesceMs later. */
+  private lastWriteAt = -Infinity;
+  /** Condition types whose Fatal problems changed since their message was last rendered. */
+  private readonly touched = new Set<string>();
+  /** The Kubernetes message last rendered per condition name, with what it was rendered from. */
+  private readonly rendered = new Map<string, { from: string; message: string }>();
 
   constructor(private readonly o: ConditionWriterOptions) {
     this.now = o.now ?? Date.now;
@@ -162,10 +171,17 @@ export class ConditionWriter {
       // A Node whose heartbeat for our types is older than one period gets a fresh one now.
       const stale = health.conditions.some((c) => this.now() - (this.shown.get(c.name)?.heartbeat ?? 0) >= this.o.heartbeatMs);
       if (stale) this.fullWriteDue = true;
-      this.heartbeatTimer = setInterval(() => {
+      // The first beat at a random point of the period: a fleet started together (a rollout, a
+      // control-plane restart) must not send every node's heartbeat in the same second.
+      const beat = () => {
         this.fullWriteDue = true;
         this.schedule(0);
-      }, this.o.heartbeatMs);
+      };
+      this.heartbeatTimer = setTimeout(() => {
+        beat();
+        this.heartbeatTimer = setInterval(beat, this.o.heartbeatMs);
+        this.heartbeatTimer.unref();
+      }, Math.random() * this.o.heartbeatMs);
       this.heartbeatTimer.unref();
     }
     const grace = this.o.staleGraceMs ?? 60_000;
@@ -179,10 +195,38 @@ export class ConditionWriter {
     if (this.fullWriteDue) this.schedule(0);
   }
 
-  /** Takes the engine's latest view; schedules a write only if something Kubernetes shows changed. */
-  update(health: NodeHealth): void {
+  /**
+   * Takes the engine's latest view; schedules a write only if something Kubernetes shows changed.
+   * `problemsOf`: a condition type whose set of Fatal problems changed (a new failing entity), so
+   * its message is rendered again even where the engine's own message was cut at its bound.
+   */
+  update(health: NodeHealth, problemsOf?: string): void {
     this.desired = health.conditions;
-    if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.coalesceMs);
+    if (problemsOf !== undefined) this.touched.add(problemsOf);
+    if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.nextWriteDelay());
+  }
+
+  /** Leading edge: at once after a quiet window, else when the window since the last write ends. */
+  private nextWriteDelay(): number {
+    return Math.max(0, this.lastWriteAt + this.coalesceMs - this.now());
+  }
+
+  /**
+   * The message Kubernetes shows: the engine's, unless the engine cut it at its bound; then a
+   * summary naming the failing entities per reason, bounded, always naming the newest entity, so
+   * every new failing entity changes what the Node shows.
+   */
+  private messageOf(c: ConditionState): string {
+    if (!engineCutMessage(c.message)) {
+      this.touched.delete(c.type);
+      return c.message;
+    }
+    const cached = this.rendered.get(c.name);
+    if (cached && cached.from === c.message && !this.touched.has(c.type)) return cached.message;
+    const message = summarize(c.active);
+    this.rendered.set(c.name, { from: c.message, message });
+    this.touched.delete(c.type);
+    return message;
   }
 
   /** Whether the Node shows the latest state (tests and /healthz). */
@@ -218,19 +262,16 @@ export class ConditionWriter {
     const managed = new Set(this.desired.map((c) => c.name));
     for (const t of this.staleCandidates) if (!managed.has(t) && this.owned.has(t)) this.pendingDeletes.add(t);
     this.staleCandidates = [];
-    if (this.pendingDeletes.size) this.schedule(this.coalesceMs);
+    if (this.pendingDeletes.size) this.schedule(this.nextWriteDelay());
   }
 
   private dirty(): ConditionState[] {
     return this.desired.filter((c) => {
       const w = this.shown.get(c.name);
-      return (
-        !w ||
-        w.status !== c.status ||
-        w.reason !== c.reason ||
-        w.message !== c.message ||
-        !sameTime(w.lastTransitionTime, c.lastTransitionTime)
-      );
+      if (!w || w.status !== c.status || w.reason !== c.reason || !sameTime(w.lastTransitionTime, c.lastTransitionTime)) return true;
+      // A cut message with new problems is rendered when written, not on every finding of a storm.
+      if (engineCutMessage(c.message) && this.touched.has(c.type)) return true;
+      return w.message !== this.messageOf(c);
     });
   }
 
@@ -255,26 +296,28 @@ export class ConditionWriter {
     if (this.inFlight) {
       // One write at a time; what changed meanwhile goes out right after.
       await this.inFlight;
-      if (!this.timer) this.schedule(0);
+      if (!this.timer) this.schedule(this.nextWriteDelay());
       return;
     }
     const full = this.fullWriteDue;
-    const changed = full ? this.desired : this.dirty();
+    // Rendered once: what is sent is exactly what the Node is then known to show.
+    const changed = (full ? this.desired : this.dirty()).map((c) => ({ c, message: this.messageOf(c) }));
     const deletes = [...this.pendingDeletes];
     if (changed.length === 0 && deletes.length === 0) {
       this.m.pendingGauge.set(0);
       return;
     }
     const now = this.now();
+    this.lastWriteAt = now;
     const heartbeatTime = new Date(Math.floor(now / 1000) * 1000).toISOString().replace('.000Z', 'Z');
     const body = {
       status: {
         conditions: [
-          ...changed.map((c) => ({
+          ...changed.map(({ c, message }) => ({
             type: c.name,
             status: c.status,
             reason: c.reason,
-            message: c.message,
+            message,
             lastTransitionTime: c.lastTransitionTime,
             lastHeartbeatTime: heartbeatTime,
           })),
@@ -305,17 +348,17 @@ export class ConditionWriter {
       if (!this.stopped) this.schedule(f.retryAfterMs ?? this.backoff.next(), true);
       return;
     }
-    for (const c of changed) {
+    for (const { c, message } of changed) {
       this.shown.set(c.name, {
         status: c.status,
         reason: c.reason,
-        message: c.message,
+        message,
         lastTransitionTime: c.lastTransitionTime,
         heartbeat: now,
       });
     }
     const ownedBefore = this.writtenTypes.join(',');
-    for (const c of changed) this.owned.add(c.name);
+    for (const { c } of changed) this.owned.add(c.name);
     for (const t of deletes) {
       this.pendingDeletes.delete(t);
       this.shown.delete(t);
@@ -333,7 +376,7 @@ export class ConditionWriter {
     this.backoff.reset();
     this.inFlight = undefined;
     done();
-    if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.coalesceMs);
+    if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.nextWriteDelay());
     else if (!this.timer) this.m.pendingGauge.set(0);
   }
 
@@ -355,6 +398,49 @@ export class ConditionWriter {
       explainFailure(op === 'read' ? 'get nodes' : 'patch nodes/status', this.o.nodeName, f),
     );
   }
+}
+
+/** Kubernetes' limit is 32 KiB; a repair engine or `kubectl describe` needs far less. */
+const MAX_MESSAGE = 1024;
+/** How the engine ends a message it cut at its bound. */
+function engineCutMessage(message: string): boolean {
+  return message.length >= MAX_MESSAGE && message.endsWith('...');
+}
+
+/**
+ * "NvidiaXID79Error on gpu:0000:01:00.0: GPU has fallen off the bus; NvidiaXID79Error on 100
+ * entities: gpu:0000:01:00.0, ... (+90 more, newest gpu:0000:64:00.0)": the oldest problem in
+ * full, then each reason with its count and as many entities as fit, oldest first, and the newest.
+ */
+export function summarize(active: readonly ActiveProblem[], max = MAX_MESSAGE): string {
+  if (active.length === 0) return '';
+  const first = active[0];
+  const head = `${first.reason}${first.entity ? ` on ${first.entity}` : ''}: ${first.message}`;
+  const groups = new Map<string, string[]>();
+  for (const p of active) {
+    let g = groups.get(p.reason);
+    if (!g) groups.set(p.reason, (g = []));
+    g.push(p.entity || 'node');
+  }
+  // Budget per reason, so one noisy reason cannot hide another.
+  let out = head.length > max / 4 ? `${head.slice(0, max / 4 - 3)}...` : head;
+  const budget = Math.floor((max - out.length) / groups.size);
+  for (const [reason, entities] of groups) {
+    const prefix = `; ${reason} on ${entities.length} ${entities.length === 1 ? 'entity' : 'entities'}: `;
+    const newest = entities[entities.length - 1];
+    let part = prefix;
+    let named = 0;
+    for (const e of entities) {
+      const rest = entities.length - named - 1;
+      const tail = rest > 0 ? ` (+${rest} more, newest ${newest})` : '';
+      if (part.length + (named ? 2 : 0) + e.length + tail.length > budget) break;
+      part += `${named ? ', ' : ''}${e}`;
+      named++;
+    }
+    if (named < entities.length) part += `${named ? ' ' : ''}(+${entities.length - named} more, newest ${newest})`;
+    out += part.length > budget ? `${part.slice(0, Math.max(0, budget - 3))}...` : part;
+  }
+  return out.length > max ? `${out.slice(0, max - 3)}...` : out;
 }
 
 function iso(t: Date | string): string {

@@ -19,8 +19,15 @@ export interface EventRecorderOptions {
   log: Logger;
   registry: Registry;
   perReasonPerMinute: number;
-  /** How often changed series counts are written (client-go: 30 min; shorter keeps counts useful). */
+  /**
+   * How often changed series counts are looked at, and the gap before a series' first count update
+   * (a burst of repeats shows its size soon); later updates wait seriesRefreshMs, or until the
+   * series finishes, so a Warning that persists costs about one write an hour, not one per repeat
+   * window (client-go patches the Event on every repeat).
+   */
   seriesFlushMs?: number;
+  /** Longest gap between count updates of a continuing series (default 50 min: Events live 1 h). */
+  seriesRefreshMs?: number;
   /** A series not seen for this long is finished and forgotten. */
   seriesFinishMs?: number;
   maxQueue?: number;
@@ -38,6 +45,9 @@ interface Series {
   /** Occurrences the API server shows. */
   written: number;
   lastObserved: number;
+  /** When the API server last got this series (create or count update), and the gap before the next update. */
+  writtenAt: number;
+  gapMs: number;
   created: boolean;
   /** The create was refused; nothing more is written for it. */
   failed: boolean;
@@ -61,12 +71,16 @@ export class EventRecorder {
   private readonly flushTimer: NodeJS.Timeout;
   private readonly now: () => number;
   private readonly finishMs: number;
+  private readonly flushMs: number;
+  private readonly refreshMs: number;
   private readonly timeoutMs: number;
   private readonly m: { sent: Counter<'op' | 'result'>; dropped: Counter<'why'> };
 
   constructor(private readonly o: EventRecorderOptions) {
     this.now = o.now ?? Date.now;
     this.finishMs = o.seriesFinishMs ?? 6 * 60_000;
+    this.flushMs = o.seriesFlushMs ?? 30_000;
+    this.refreshMs = Math.max(this.flushMs, o.seriesRefreshMs ?? 50 * 60_000);
     this.timeoutMs = o.requestTimeoutMs ?? 10_000;
     this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
     this.m = {
@@ -83,16 +97,17 @@ export class EventRecorder {
         registers: [o.registry],
       }),
     };
-    this.flushTimer = setInterval(() => this.flushSeries(), o.seriesFlushMs ?? 30_000);
+    this.flushTimer = setInterval(() => this.flushSeries(), this.flushMs);
     this.flushTimer.unref();
   }
 
   handle(event: EngineEvent): void {
     if (this.stopped) return;
-    if (event.kind === 'finding' && event.finding.severity === 'Warning') {
+    // A Fatal finding is told at once too: its condition may already be False for another entity.
+    if (event.kind === 'finding' && event.finding.severity !== 'Info') {
       const f = event.finding;
       this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at);
-    } else if (event.kind === 'repeat' && event.problem.severity === 'Warning') {
+    } else if (event.kind === 'repeat' && event.problem.severity !== 'Info') {
       // The engine does not re-emit repeats inside its window; they still count in the series.
       const s = this.series.get(`${event.problem.reason}|${event.problem.entity}`);
       if (s && !s.failed) {
@@ -112,6 +127,16 @@ export class EventRecorder {
     }
   }
 
+  /**
+   * An Event from beside the engine (diagnostic captures): named, rate-limited per reason and
+   * retried like the others, never aggregated into a series.
+   */
+  record(reason: string, note: string, type: 'Warning' | 'Normal' = 'Normal'): void {
+    if (this.stopped) return;
+    const at = this.now();
+    this.observe(`${reason}|record|${at}|${this.seq}`, reason, note, type, at);
+  }
+
   private observe(key: string, reason: string, note: string, type: 'Warning' | 'Normal', at: number): void {
     const existing = this.series.get(key);
     if (existing && !existing.failed && at - existing.lastObserved < this.finishMs) {
@@ -125,7 +150,17 @@ export class EventRecorder {
     }
     // client-go's naming: <node>.<hex nanoseconds>; the sequence keeps names unique within a millisecond.
     const name = `${this.o.nodeName}.${(BigInt(at) * 1_000_000n + BigInt(this.seq++ % 1_000_000)).toString(16)}`;
-    const s: Series = { key, name, count: 1, written: 1, lastObserved: at, created: false, failed: false };
+    const s: Series = {
+      key,
+      name,
+      count: 1,
+      written: 1,
+      lastObserved: at,
+      writtenAt: this.now(),
+      gapMs: this.flushMs,
+      created: false,
+      failed: false,
+    };
     this.series.set(key, s);
     this.enqueue({ kind: 'create', series: s, reason, note: note.length > 1024 ? `${note.slice(0, 1021)}...` : note, type, at });
   }
@@ -143,11 +178,13 @@ export class EventRecorder {
     return true;
   }
 
-  private flushSeries(): void {
+  private flushSeries(final = false): void {
     const now = this.now();
     for (const [key, s] of this.series) {
-      if (s.created && !s.failed && s.count > s.written) this.enqueue({ kind: 'series', series: s });
       const quiet = now - s.lastObserved > this.finishMs;
+      // A finished series (or shutdown) gets its final count; a continuing one waits out its gap.
+      const due = final || quiet || now - s.writtenAt >= s.gapMs;
+      if (s.created && !s.failed && s.count > s.written && due) this.enqueue({ kind: 'series', series: s });
       // A finished series gets its final count written first (above), then is forgotten.
       if (quiet && (s.failed || (s.created && s.count === s.written))) this.series.delete(key);
     }
@@ -155,7 +192,7 @@ export class EventRecorder {
 
   /** Writes pending series counts now (tests and shutdown). */
   flush(): void {
-    this.flushSeries();
+    this.flushSeries(true);
   }
 
   private enqueue(op: Op): void {
@@ -255,6 +292,8 @@ export class EventRecorder {
       STRATEGIC_MERGE,
     );
     s.written = Math.max(s.written, count);
+    s.writtenAt = this.now();
+    s.gapMs = this.refreshMs;
     this.m.sent.inc({ op: 'series', result: 'ok' });
   }
 
@@ -265,7 +304,7 @@ export class EventRecorder {
   async stop(finalWriteMs = 0): Promise<void> {
     clearInterval(this.flushTimer);
     if (finalWriteMs > 0 && !this.stopped) {
-      this.flushSeries();
+      this.flushSeries(true);
       const deadline = Date.now() + finalWriteMs;
       while (!this.idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
     }

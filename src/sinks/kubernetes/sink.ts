@@ -103,11 +103,18 @@ export class KubernetesSink implements Sink {
       }
     }
     this.events.handle(event);
-    if (this.started && event.kind !== 'repeat') this.conditions.update(health);
+    if (this.started && event.kind !== 'repeat') this.conditions.update(health, fatalProblemsChanged(event));
   }
 
   async close(): Promise<void> {
     const final = this.o.finalWriteMs ?? 2000;
     await Promise.all([this.conditions.stop(this.started ? final : 0), this.events.stop(final)]);
   }
+}
+
+/** The condition type whose set of Fatal problems this event changed (a new or cleared entity). */
+function fatalProblemsChanged(event: EngineEvent): string | undefined {
+  if (event.kind === 'finding' && event.finding.severity === 'Fatal' && event.finding.count === 1) return event.finding.condition;
+  if (event.kind === 'recovered' && event.problem.severity === 'Fatal') return event.problem.condition;
+  return undefined;
 }

@@ -31,6 +31,8 @@ export interface LogLine {
   level?: number;
   /** Syslog ident (`kernel`, `CROND`...) when the format carries one. */
   ident?: string;
+  /** Syslog facility name (`kern`, `user`...) when the format carries one (syslog PRI, dmesg -x, Talos). */
+  facility?: string;
   /** A dmesg line indented under the previous one: the rest of a multi-line record. */
   continuation?: true;
   truncated?: true;
@@ -90,16 +92,131 @@ export function unescapeKmsg(s: string): string {
 function capped(s: string): { text: string; truncated: boolean } {
   return s.length > MAX_MESSAGE_CHARS ? { text: s.slice(0, MAX_MESSAGE_CHARS), truncated: true } : { text: s, truncated: false };
 }
+/** Syslog level names (dmesg -x, Talos) by number. */
+const LEVEL_NAMES: Record<string, number> = { emerg: 0, alert: 1, crit: 2, err: 3, warn: 4, warning: 4, notice: 5, info: 6, debug: 7 };
+/** Syslog facility names by number (prio >> 3); dmesg -x and Talos print these. */
+const FACILITY_NAMES = ['kern', 'user', 'mail', 'daemon', 'auth', 'syslog', 'lpr', 'news', 'uucp', 'cron', 'authpriv', 'ftp'];
 
-// dmesg: "[  123.456789] msg", "[Fri Aug 30 11:43:09 2024] msg", optional "<3>" (dmesg -r) and
-// an optional caller id "[  T896]" after the timestamp.
-const DMESG = /^(?:<(\d{1,3})>)?\[\s*(?:\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})\](?:\[\s*[TC]\d+\])? ?/;
-// syslog: "Aug 30 11:43:09 host ident[pid]: msg" or RFC 3339 "2024-08-30T11:43:09.123+00:00 host ident: msg".
-const SYSLOG =
-  /^(?:[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (\S+) ([^\s:[]+)(?:\[\d+\])?: ?/;
+function facilityName(n: number): string {
+  return FACILITY_NAMES[n] ?? (n >= 16 && n <= 23 ? `local${n - 16}` : String(n));
+}
+
+// dmesg: an optional "<3>" (dmesg -r) or "kern  :err   : " (dmesg -x), a time, an optional caller id
+// "[  T896]". Times: "[  123.456789]"; ctime in any locale ("[Fri Aug 30 11:43:09 2024]",
+// "[Fr Aug 30 ...]", "[五 8月 30 ...]"); dmesg -H "[Aug30 11:43]" and "[  +0.000123]"; and
+// --time-format iso "2025-01-25T10:34:54,859532+00:00" (a comma, unlike syslog's RFC 3339).
+const DMESG = new RegExp(
+  '^(?:<(\\d{1,3})>|([a-z]{2,8}) *:([a-z]{3,7}) *: )?' +
+    '(?:\\[\\s*(\\d{1,12})\\.(\\d{1,9})\\]' +
+    '|\\[([^\\]]{1,24}?\\d{1,2} \\d\\d:\\d\\d:\\d\\d \\d{4})\\]' +
+    '|\\[[^\\]\\s\\d]{2,12} ?\\d{1,2} \\d\\d:\\d\\d(?::\\d\\d)?\\]' +
+    '|\\[\\s*[+-]\\d+\\.\\d+\\]' +
+    '|(\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d,\\d{1,9}(?:Z|[+-]\\d\\d:?\\d\\d)))' +
+    '(?: ?\\[\\s*[TC]\\d+\\])? ?',
+);
+// dmesg -x -t: the facility and level without a time.
+const DMESG_X = /^([a-z]{2,8}) *:([a-z]{3,7}) *: /;
+// Talos console (`talosctl dmesg`): "[NODE: ]kern: warning: [2026-04-22T21:27:51.291660856Z]: msg".
+const TALOS = /^(?:\S+: )?([a-z]{2,8}): +([a-z]{3,7}): +\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))\]: ?/;
+const CTIME_EN = /^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})$/;
+
+// syslog: RFC 3164 ("<4>Aug 30 11:43:09 host ident[pid]: msg", PRI optional) and journalctl's short
+// formats: short, short-precise ("Aug 30 11:43:09.123456"), short-iso ("2024-08-30T11:43:09+0000"),
+// short-iso-precise, short-full ("Fri 2024-08-30 11:43:09 UTC"), with or without the host
+// (--no-hostname: "Aug 30 11:43:09 kernel: msg"); RFC 5424 below.
+const CLASSIC_TIME = '[A-Z][a-z]{2} [ \\d]?\\d \\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})?';
+const ISO_TIME = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})?(?:Z|[+-]\\d\\d:?\\d\\d)';
+const FULL_TIME = '[A-Z][a-z]{2} \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})? [A-Za-z][A-Za-z0-9+-]{1,5}';
+const SYSLOG = new RegExp(`^(?:<(\\d{1,3})>)?(${CLASSIC_TIME}|${ISO_TIME}|${FULL_TIME}) (?:([^\\s:]+) )?([^\\s:[]+)(?:\\[\\d+\\])?:(?: |$)`);
+// RFC 5424: "<4>1 2024-08-30T11:43:09.123Z host kernel - - - msg" (or structured data for the last "-"),
+// and the same without "<PRI>1 " as sysklogd writes it to files.
+const RFC5424 = new RegExp(`^(?:<(\\d{1,3})>1 )?(${ISO_TIME}|-) (\\S+) (\\S+) (\\S+) (\\S+) (?:-|(?:\\[(?:[^\\]"]|"(?:[^"\\\\]|\\\\.)*")*\\])+)(?: \\uFEFF?|$)`);
 const KMSG_HEAD = /^\d{1,3},\d{1,20},\d{1,20},[^;]{0,64};/;
 // The kernel timestamp syslog daemons leave after "kernel: ".
 const KTIME = /^\[\s*\d+\.\d+\] ?/;
+
+/** The head of a dmesg or console line: how long it is and what it says. */
+interface Head {
+  end: number;
+  level?: number;
+  facility?: string;
+  time?: LineTime;
+}
+
+function dmesgHead(head: string): Head | null {
+  const m = DMESG.exec(head);
+  if (m) {
+    const h: Head = { end: m[0].length };
+    if (m[1] !== undefined) h.level = Number(m[1]) & 7;
+    if (m[2] !== undefined) {
+      h.facility = m[2];
+      if (m[3] in LEVEL_NAMES) h.level = LEVEL_NAMES[m[3]];
+    }
+    if (m[4] !== undefined) h.time = { kind: 'uptime', ms: Number(m[4]) * 1000 + Number(`0.${m[5]}`) * 1000 };
+    else if (m[6] !== undefined) {
+      // ctime in English; other locales carry no time we can read (the gaps between lines do not count).
+      const c = CTIME_EN.exec(m[6]);
+      const ms = c ? utc(Number(c[6]), c[1], c[2], c[3], c[4], c[5]) : undefined;
+      if (ms !== undefined) h.time = { kind: 'wall', ms };
+    } else if (m[7] !== undefined) {
+      const ms = Date.parse(m[7].replace(',', '.'));
+      if (Number.isFinite(ms)) h.time = { kind: 'wall', ms };
+    }
+    return h;
+  }
+  const t = TALOS.exec(head);
+  if (t) {
+    const h: Head = { end: t[0].length, facility: t[1] };
+    if (t[2] in LEVEL_NAMES) h.level = LEVEL_NAMES[t[2]];
+    const ms = Date.parse(t[3]);
+    if (Number.isFinite(ms)) h.time = { kind: 'wall', ms };
+    return h;
+  }
+  const x = DMESG_X.exec(head);
+  if (x && x[2] in LEVEL_NAMES) return { end: x[0].length, facility: x[1], level: LEVEL_NAMES[x[2]] };
+  return null;
+}
+
+interface SyslogHead {
+  end: number;
+  ident?: string;
+  pri?: number;
+  time?: LineTime;
+}
+
+function syslogHead(head: string): SyslogHead | null {
+  const m = SYSLOG.exec(head);
+  if (m) {
+    const h: SyslogHead = { end: m[0].length, ident: m[4] };
+    if (m[1] !== undefined) h.pri = Number(m[1]);
+    const time = syslogTime(m[2]);
+    if (time) h.time = time;
+    return h;
+  }
+  const r = RFC5424.exec(head);
+  // Without "<PRI>1" only a real time makes it a record ("- a b c d -" is just text).
+  if (r && (r[1] !== undefined || r[2] !== '-')) {
+    const h: SyslogHead = { end: r[0].length };
+    if (r[1] !== undefined) h.pri = Number(r[1]);
+    if (r[4] !== '-') h.ident = r[4];
+    const time = r[2] === '-' ? undefined : syslogTime(r[2]);
+    if (time) h.time = time;
+    return h;
+  }
+  return null;
+}
+
+function syslogTime(s: string): LineTime | undefined {
+  const c = /^([A-Z][a-z]{2}) ([ \d]?\d) (\d\d):(\d\d):(\d\d)/.exec(s);
+  if (c) {
+    const ms = utc(2000, c[1], c[2], c[3], c[4], c[5]);
+    return ms === undefined ? undefined : { kind: 'yearless', ms };
+  }
+  // short-full: the zone name is not read (only the gaps between lines matter).
+  const f = /^[A-Z][a-z]{2} (\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?)/.exec(s);
+  const ms = f ? Date.parse(`${f[1]}T${f[2]}Z`) : Date.parse(s.replace(/([+-]\d\d)(\d\d)$/, '$1:$2'));
+  return Number.isFinite(ms) ? { kind: 'wall', ms } : undefined;
+}
 
 /** Guesses the format of a log file from a sample of its lines (majority of recognised lines wins). */
 export function detectFormat(sampleLines: readonly string[]): LogFormat {
@@ -111,10 +228,10 @@ export function detectFormat(sampleLines: readonly string[]): LogFormat {
     if (typeof line !== 'string' || line.trim() === '') continue;
     if (line.charCodeAt(0) === 0x20 || line.charCodeAt(0) === 0x09) continue; // continuation lines
     seen++;
-    const head = line.slice(0, 128);
-    if (KMSG_HEAD.test(head)) kmsg++;
-    else if (DMESG.test(head)) dmesg++;
-    else if (SYSLOG.test(head)) syslog++;
+    const kind = lineKind(line);
+    if (kind === 'kmsg') kmsg++;
+    else if (kind === 'dmesg') dmesg++;
+    else if (kind === 'syslog') syslog++;
   }
   const best = Math.max(kmsg, dmesg, syslog);
   if (seen === 0 || best * 2 < seen) return 'plain';
@@ -124,21 +241,33 @@ export function detectFormat(sampleLines: readonly string[]): LogFormat {
 /** What one line of a log file is: a line in one of the formats, the rest of the previous line, or blank. */
 export type LineKind = LogFormat | 'continuation' | 'blank';
 
-/** Tells the format of one line by itself, so a file that mixes formats loses no line. */
+/**
+ * Tells the format of one line by itself, so a file that mixes formats loses no line. Console
+ * formats (dmesg -x, Talos) count as dmesg; journalctl's short formats and RFC 5424 as syslog.
+ */
 export function lineKind(line: string): LineKind {
   if (typeof line !== 'string' || line.trim() === '') return 'blank';
   const c = line.charCodeAt(0);
   if (c === 0x20 || c === 0x09) return 'continuation';
-  const head = line.slice(0, 128);
+  const head = line.slice(0, 256);
   if (KMSG_HEAD.test(head)) return 'kmsg';
-  if (DMESG.test(head)) return 'dmesg';
-  if (SYSLOG.test(head)) return 'syslog';
+  if (dmesgHead(head)) return 'dmesg';
+  if (syslogHead(head)) return 'syslog';
   return 'plain';
 }
 
 /** A " KEY=VALUE" line that belongs to the kmsg record above it. */
 export function isKmsgField(line: string): boolean {
   return /^ [A-Za-z0-9_]+=/.test(line);
+}
+
+/**
+ * Whether the format says a line came from user space, not the kernel: a syslog ident other
+ * than `kernel`, or a facility other than `kern` (syslog PRI, dmesg -x, Talos). Raw kmsg
+ * records are not judged here (the live agent's kernelOnly option decides for those).
+ */
+export function fromUserSpace(l: LogLine): boolean {
+  return (l.ident !== undefined && l.ident !== 'kernel') || (l.facility !== undefined && l.facility !== 'kern');
 }
 
 /**
@@ -150,36 +279,21 @@ export function isKmsgField(line: string): boolean {
 export type LineTime = { kind: 'uptime' | 'wall' | 'yearless'; ms: number };
 
 const MONTHS = 'JanFebMarAprMayJunJulAugSepOctNovDec';
-const DMESG_TIME = /^(?:<\d{1,3}>)?\[\s*(?:(\d{1,12})\.(\d{1,9})|[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ \d]?\d) (\d\d):(\d\d):(\d\d) (\d{4}))\]/;
-const SYSLOG_TIME = /^(?:([A-Z][a-z]{2}) ([ \d]?\d) (\d\d):(\d\d):(\d\d)|(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))) /;
 
 /** The time a line carries in its format; undefined when it carries none (plain text, continuations). */
 export function lineTime(line: string, format: LogFormat): LineTime | undefined {
   if (typeof line !== 'string') return undefined;
-  const head = line.slice(0, 128);
+  const head = line.slice(0, 256);
   switch (format) {
     case 'kmsg': {
       const m = /^\d{1,3},\d{1,20},(\d{1,20}),/.exec(head);
       const usec = m ? Number(m[1]) : NaN;
       return Number.isSafeInteger(usec) ? { kind: 'uptime', ms: usec / 1000 } : undefined;
     }
-    case 'dmesg': {
-      const m = DMESG_TIME.exec(head);
-      if (!m) return undefined;
-      if (m[1] !== undefined) return { kind: 'uptime', ms: Number(m[1]) * 1000 + Number(`0.${m[2]}`) * 1000 };
-      const ms = utc(Number(m[8]), m[3], m[4], m[5], m[6], m[7]);
-      return ms === undefined ? undefined : { kind: 'wall', ms };
-    }
-    case 'syslog': {
-      const m = SYSLOG_TIME.exec(head);
-      if (!m) return undefined;
-      if (m[6] !== undefined) {
-        const ms = Date.parse(m[6]);
-        return Number.isFinite(ms) ? { kind: 'wall', ms } : undefined;
-      }
-      const ms = utc(2000, m[1], m[2], m[3], m[4], m[5]);
-      return ms === undefined ? undefined : { kind: 'yearless', ms };
-    }
+    case 'dmesg':
+      return dmesgHead(head)?.time;
+    case 'syslog':
+      return syslogHead(head)?.time;
     default:
       return undefined;
   }
@@ -208,22 +322,28 @@ export function parseLine(line: string, format: LogFormat): LogLine | null {
     case 'dmesg': {
       const c = line.charCodeAt(0);
       if (c === 0x20 || c === 0x09) return withCap({ message: line.trimStart(), continuation: true });
-      const m = DMESG.exec(line.slice(0, 128));
-      if (!m) return withCap({ message: line });
-      const out: LogLine = { message: line.slice(m[0].length) };
-      if (m[1] !== undefined) out.level = Number(m[1]) & 7;
+      const h = dmesgHead(line.slice(0, 256));
+      if (!h) return withCap({ message: line });
+      const out: LogLine = { message: line.slice(h.end) };
+      if (h.level !== undefined) out.level = h.level;
+      if (h.facility !== undefined) out.facility = h.facility;
       return withCap(out);
     }
     case 'syslog': {
-      const m = SYSLOG.exec(line.slice(0, 256));
-      if (!m) return withCap({ message: line });
-      let message = line.slice(m[0].length);
-      const ident = m[2];
-      if (ident === 'kernel') {
+      const h = syslogHead(line.slice(0, 512));
+      if (!h) return withCap({ message: line });
+      let message = line.slice(h.end);
+      if (h.ident === 'kernel') {
         const t = KTIME.exec(message.slice(0, 64));
         if (t) message = message.slice(t[0].length);
       }
-      return withCap({ message, ident });
+      const out: LogLine = { message };
+      if (h.ident !== undefined) out.ident = h.ident;
+      if (h.pri !== undefined) {
+        out.level = h.pri & 7;
+        out.facility = facilityName(h.pri >> 3);
+      }
+      return withCap(out);
     }
     case 'plain':
     default:

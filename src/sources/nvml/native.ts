@@ -48,6 +48,33 @@ koffi.struct('nvmlFieldValue_t', {
   value: 'uint64_t',
 });
 
+// v1 (nvmlDeviceGetGpuFabricInfo, R535+) and v2 (nvmlDeviceGetGpuFabricInfoV, R550+, with a health mask).
+koffi.struct('nvmlGpuFabricInfo_t', {
+  clusterUuid: 'uint8_t[16]',
+  status: 'int',
+  cliqueId: 'uint',
+  state: 'uint8_t',
+});
+koffi.struct('nvmlGpuFabricInfo_v2_t', {
+  version: 'uint',
+  clusterUuid: 'uint8_t[16]',
+  status: 'int',
+  cliqueId: 'uint',
+  state: 'uint8_t',
+  healthMask: 'uint',
+});
+/** NVML_STRUCT_VERSION(GpuFabricInfo, 2): sizeof(nvmlGpuFabricInfo_v2_t) | 2 << 24. */
+export const FABRIC_INFO_V2 = (36 | (2 << 24)) >>> 0;
+
+export interface GpuFabricInfo {
+  version?: number;
+  clusterUuid?: number[] | Uint8Array;
+  status: number;
+  cliqueId: number;
+  state: number;
+  healthMask?: number;
+}
+
 export interface PciInfo {
   busIdLegacy: string;
   domain: number;
@@ -135,6 +162,9 @@ export interface NvmlApi {
   nvmlDeviceGetNvLinkErrorCounter(dev: Handle, link: number, counter: number, value: Out<U64>): number;
   nvmlDeviceGetFieldValues(dev: Handle, count: number, values: Partial<FieldValue>): number;
   nvmlDeviceValidateInforom(dev: Handle): number;
+  nvmlDeviceGetEccMode(dev: Handle, current: Out<number>, pending: Out<number>): number;
+  nvmlDeviceGetGpuFabricInfo(dev: Handle, info: Partial<GpuFabricInfo>): number;
+  nvmlDeviceGetGpuFabricInfoV(dev: Handle, info: Partial<GpuFabricInfo>): number;
 }
 
 export type NvmlFnName = keyof NvmlApi;
@@ -179,6 +209,9 @@ const DECLS: Record<NvmlFnName, string> = {
     'int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, uint link, int counter, _Out_ unsigned long long *counterValue)',
   nvmlDeviceGetFieldValues: 'int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, _Inout_ nvmlFieldValue_t *values)',
   nvmlDeviceValidateInforom: 'int nvmlDeviceValidateInforom(nvmlDevice_t device)',
+  nvmlDeviceGetEccMode: 'int nvmlDeviceGetEccMode(nvmlDevice_t device, _Out_ int *current, _Out_ int *pending)',
+  nvmlDeviceGetGpuFabricInfo: 'int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, _Out_ nvmlGpuFabricInfo_t *gpuFabricInfo)',
+  nvmlDeviceGetGpuFabricInfoV: 'int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, _Inout_ nvmlGpuFabricInfo_v2_t *gpuFabricInfo)',
 };
 
 // Compile-time check that protocol.ts lists exactly the functions declared here.

@@ -40,6 +40,9 @@ export const NVML_FUNCTION_NAMES = [
   'nvmlDeviceGetNvLinkErrorCounter',
   'nvmlDeviceGetFieldValues',
   'nvmlDeviceValidateInforom',
+  'nvmlDeviceGetEccMode',
+  'nvmlDeviceGetGpuFabricInfo',
+  'nvmlDeviceGetGpuFabricInfoV',
 ] as const;
 
 /** nvmlEventType bits. Bits from 0x200 up exist only on newer drivers; AND with the supported mask. */
@@ -48,6 +51,9 @@ export const EVENT_BITS = {
   DoubleBitEccError: 0x2,
   PState: 0x4,
   XidCriticalError: 0x8,
+  /** Clock changes; Kepler only (newer GPUs do not list it as supported), so polls read the reasons. */
+  Clock: 0x10,
+  SingleBitEccErrorStorm: 0x200,
   DramRetirementEvent: 0x400,
   DramRetirementFailure: 0x800,
   NonFatalPoisonError: 0x1000,
@@ -57,12 +63,16 @@ export const EVENT_BITS = {
 } as const;
 
 /**
- * Events Vigil subscribes to. Not SBE (correctable, counted by the driver), not poison events
- * (the Xid 94/95 they come with is reported already), not PState/clock changes (noise).
+ * Events Vigil subscribes to (ANDed with what each GPU supports). SBE and pending retirement/remap
+ * events are Info/Warning signals; a clock event makes the monitor re-read the clock-event reasons.
+ * Not poison events (the Xid 94/95 they come with is reported already), not PState changes (noise).
  */
 export const DEFAULT_EVENT_MASK =
-  EVENT_BITS.XidCriticalError |
+  EVENT_BITS.SingleBitEccError |
   EVENT_BITS.DoubleBitEccError |
+  EVENT_BITS.XidCriticalError |
+  EVENT_BITS.Clock |
+  EVENT_BITS.DramRetirementEvent |
   EVENT_BITS.DramRetirementFailure |
   EVENT_BITS.GpuUnavailableError |
   EVENT_BITS.GpuRecoveryAction;
@@ -94,6 +104,12 @@ export interface GpuSample {
   remappedRows: { corr: number; unc: number; pending: boolean; failure: boolean } | null;
   retiredPages: { sbe: number; dbe: number; pending: boolean | null } | null;
   eccUncorrectedVolatile: number | null;
+  /** Corrected (single-bit) ECC errors since the driver loaded. */
+  eccCorrectedVolatile?: number | null;
+  /** nvmlDeviceGetEccMode: whether ECC is on now and after the next reboot. */
+  eccMode?: { current: boolean; pending: boolean } | null;
+  /** NVSwitch fabric registration (Hopper+); null where the GPU has no fabric (PCIe, no NVSwitch). */
+  fabric?: { state: number; status: number; cliqueId: number; clusterUuid: string; healthMask: number | null } | null;
   pcie: { replay: number | null; gen: number | null; maxGen: number | null; width: number | null; maxWidth: number | null };
   clocksEventReasons: number | null;
   temperature: { current: number | null; slowdown: number | null; shutdown: number | null };

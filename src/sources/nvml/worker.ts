@@ -14,6 +14,7 @@ import { NvmlError, NvmlLoadError, NVML_RETURN, RC_MISSING_SYMBOL, isGpuGone, is
 import {
   BUF,
   EVENT,
+  FABRIC_INFO_V2,
   FI_DEV_GET_GPU_RECOVERY_ACTION,
   FI_DEV_NVLINK_LINK_COUNT,
   NVML_FUNCTIONS,
@@ -22,6 +23,7 @@ import {
   loadNvml,
   type EventData,
   type FieldValue,
+  type GpuFabricInfo,
   type Handle,
   type NvmlApi,
   type NvmlFnName,
@@ -181,6 +183,9 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
     remappedRows: null,
     retiredPages: null,
     eccUncorrectedVolatile: null,
+    eccCorrectedVolatile: null,
+    eccMode: null,
+    fabric: null,
     pcie: { replay: null, gen: null, maxGen: null, width: null, maxWidth: null },
     clocksEventReasons: null,
     temperature: { current: null, slowdown: null, shutdown: null },
@@ -228,6 +233,14 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
   const ecc = big();
   // errorType 1 = uncorrected, counterType 0 = volatile (since driver load).
   if (ok('nvmlDeviceGetTotalEccErrors', c.call('nvmlDeviceGetTotalEccErrors', dev, 1, 0, ecc))) s.eccUncorrectedVolatile = Number(ecc[0]);
+  const corrected = big();
+  if (ok('nvmlDeviceGetTotalEccErrors', c.call('nvmlDeviceGetTotalEccErrors', dev, 0, 0, corrected)))
+    s.eccCorrectedVolatile = Number(corrected[0]);
+  const eccCur = u(),
+    eccPend = u();
+  if (ok('nvmlDeviceGetEccMode', c.call('nvmlDeviceGetEccMode', dev, eccCur, eccPend)))
+    s.eccMode = { current: eccCur[0] !== 0, pending: eccPend[0] !== 0 };
+  s.fabric = fabric(c, dev, ok);
 
   const pcieRead = (
     fn:
@@ -276,6 +289,43 @@ function sample(c: Caller, dev: Handle, maxNvLinks: number): GpuSample {
   if (inforomRc === NVML_RETURN.CORRUPTED_INFOROM) s.inforom = 'corrupted';
   else if (ok('nvmlDeviceValidateInforom', inforomRc)) s.inforom = 'valid';
   return s;
+}
+
+/**
+ * NVSwitch fabric state: the versioned call (with the health mask) when the driver has it, else the
+ * older unversioned one. NOT_SUPPORTED (no NVSwitch fabric, or a pre-Hopper GPU) is null.
+ */
+function fabric(c: Caller, dev: Handle, ok: (fn: NvmlFnName, rc: number) => boolean): GpuSample['fabric'] {
+  const uuid = (b: ArrayLike<number> | undefined) =>
+    Array.from(b ?? [], (x) => x.toString(16).padStart(2, '0'))
+      .join('')
+      .replace(/^0+$/, '');
+  if (c.has('nvmlDeviceGetGpuFabricInfoV')) {
+    const v: Partial<GpuFabricInfo> = {
+      version: FABRIC_INFO_V2,
+      clusterUuid: new Array<number>(16).fill(0),
+      status: 0,
+      cliqueId: 0,
+      state: 0,
+      healthMask: 0,
+    };
+    const rc = c.call('nvmlDeviceGetGpuFabricInfoV', dev, v);
+    // An older driver that knows the call but not struct v2 says ARGUMENT_VERSION_MISMATCH: use v1.
+    if (rc !== NVML_RETURN.ARGUMENT_VERSION_MISMATCH) {
+      return ok('nvmlDeviceGetGpuFabricInfoV', rc)
+        ? {
+            state: v.state ?? 0,
+            status: v.status ?? 0,
+            cliqueId: v.cliqueId ?? 0,
+            clusterUuid: uuid(v.clusterUuid),
+            healthMask: v.healthMask ?? 0,
+          }
+        : null;
+    }
+  }
+  const f: Partial<GpuFabricInfo> = {};
+  if (!ok('nvmlDeviceGetGpuFabricInfo', c.call('nvmlDeviceGetGpuFabricInfo', dev, f))) return null;
+  return { state: f.state ?? 0, status: f.status ?? 0, cliqueId: f.cliqueId ?? 0, clusterUuid: uuid(f.clusterUuid), healthMask: null };
 }
 
 /**
@@ -446,8 +496,10 @@ function runEventsRole(init: WorkerInit): void {
       const type = Number(data.eventType ?? 0);
       let recoveryAction: number | null = null;
       // Xid 154 says the recovery action changed: read the new one, which its kernel line states.
-      const xid154 = (type & EVENT.XidCriticalError) !== 0 && Number(data.eventData ?? 0) === 154;
-      if ((type & EVENT.GpuRecoveryAction || xid154) && hit) {
+      // Xid 144-150 (NVLink5): the action tells a fatal one (reset/reboot needed) from a non-fatal.
+      const xid = (type & EVENT.XidCriticalError) !== 0 ? Number(data.eventData ?? 0) : 0;
+      const readAction = xid === 154 || (xid >= 144 && xid <= 150);
+      if ((type & EVENT.GpuRecoveryAction || readAction) && hit) {
         c.gpu = hit.dev.index;
         const fv: Partial<FieldValue> = { fieldId: FI_DEV_GET_GPU_RECOVERY_ACTION, scopeId: 0 };
         if (c.call('nvmlDeviceGetFieldValues', hit.handle, 1, fv) === 0 && fv.nvmlReturn === 0) recoveryAction = fieldValue(fv);

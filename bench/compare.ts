@@ -1,0 +1,800 @@
+/**
+ * `npm run bench:compare [-- --runs N]`: Vigil and node-problem-detector (NPD, built from its Go
+ * module by bench/peers/build-npd.sh) side by side, through the same work in the same run, against
+ * one real kube-apiserver (test/helpers/cluster.ts) on loopback. Each agent has its own Node and its
+ * own identity. Writes bench/results/compare.json and docs/benchmarks.md.
+ *
+ * Method (every time is Date.now() in this process: the writer stamps the write, the watch stamps
+ * the delivery, so both include the watch's own delivery delay equally):
+ *
+ * - Signals. One watch on the Nodes and one on core/v1 Events of `default` (bench/peers/observer.ts).
+ *   A fault's "API-visible sign" is the first of: an Event on the agent's Node whose message names the
+ *   fault's GPU (its unique PCI address), or a change of a Node condition whose message names it.
+ *   NPD: its temporary NvidiaXid rule posts an Event on every Xid line; its permanent NvidiaXidFatal
+ *   condition latches (True until restart) and names only the first GPU. Vigil: its Events for
+ *   Warnings/Fatal findings and AcceleratedHardwareReady, whose message names failing GPUs.
+ * - latency_p99_ms (first fault's condition): BENCH_EPISODES episodes; in each, both agents start
+ *   fresh on fresh Nodes, then BENCH_FAULTS_PER_EPISODE Xid 79 lines, each on a new PCI address, are
+ *   written to the real /dev/kmsg at random gaps (deterministic PRNG, 300-900 ms). The episode's first
+ *   fault is timed to the condition: Vigil's AcceleratedHardwareReady=False, NPD's NvidiaXidFatal=True,
+ *   message naming that GPU. Restarting per episode is what gives NPD's latching condition (and
+ *   client-go's per-process Event spam filter: 25 then 1 per 5 min) a fresh start each time.
+ * - later_fault_signal_p99_ms: every later fault of an episode, timed to its first API-visible sign
+ *   (above). A fault with no sign within 10 s counts as 10 s (and in *_missed).
+ * - throughput_records_per_s: one corpus of BENCH_CORPUS_LINES syslog-format kernel lines (bench/kmsg.ts's
+ *   fixtures with randomised numbers, deterministic, 1% faults), a file. Vigil: `vigil scan` on it;
+ *   NPD: its system-log-monitor with the filelog plugin (same three monitor configs) on it, with the
+ *   Kubernetes exporter off, until it logs the status of an end-marker rule on the file's last line.
+ *   Both under `taskset -c 0`, end to end; each agent's run on a one-line file (its start-up) is
+ *   subtracted: lines / (t_full - t_startup).
+ * - idle_cpu_millicores, idle_rss_mib: each agent with its default monitors (Vigil: its default config;
+ *   NPD: its stock kernel-monitor + readonly-monitor and the Xid monitor) on its own Node for the whole
+ *   run (at least BENCH_IDLE_SECONDS, default 600, after a 15 s settle); CPU from /proc/<pid>/stat,
+ *   RSS the largest of 5 s samples. Their kernel-log source is a quiet one (Vigil: a FIFO nobody writes;
+ *   NPD: its filelog plugin on an empty file), so this run's faults and storm, and other users of the
+ *   shared ring, cannot cost either of them work or API writes.
+ * - api_writes_per_node_hour (and api_requests_per_node_hour): from the apiserver's audit log (policy:
+ *   Metadata for everything), the requests of each idle agent's own ServiceAccount in the idle window
+ *   (writes: create/update/patch/delete), scaled to an hour. Same method for both.
+ * - Storm: both agents live on fresh Nodes; under `flock /tmp/vigil-ring.lock`, BENCH_STORM_WRITERS
+ *   processes write `<6>` noise at BENCH_STORM_RATE records/s in all for BENCH_STORM_SECONDS; writer 0
+ *   writes one Xid 79 half-way. storm_xid_to_condition_ms: that write to the agent's condition naming the
+ *   GPU (as for latency; 30 s counts as missed). Peak CPU: largest 250 ms /proc sample; peak RSS: VmHWM.
+ *   Lost: Vigil's vigil_kmsg_lost_records_total; NPD counts none (null), its log is searched for
+ *   "Kmsg channel closed". Healthy: a probe Xid 79 on a new GPU written 2 s after the storm shows an
+ *   API-visible sign within 10 s, and the process is alive.
+ * - distinct_fatal_visible_ratio: one long-lived pair of agents, BENCH_DISTINCT Xid 79 faults on distinct
+ *   GPUs BENCH_DISTINCT_GAP_MS apart; the share with an API-visible sign within 1 s.
+ *
+ * `ratio` is vigil / npd for every key (for latency, CPU, RSS, writes, lower is better; for
+ * throughput and the visible ratio, higher). Several runs: each figure is the median over runs, and
+ * the spread (min, max) is kept. BENCH_COMPARE_PHASES=latency,distinct,storm,throughput picks phases.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  createWriteStream,
+} from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type * as k8s from '@kubernetes/client-node';
+import { startCluster, shippedClusterRoleRules, type TestCluster } from '../test/helpers/cluster.ts';
+import { uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-process.ts';
+import { percentile } from '../test/helpers/kmsg-burst.ts';
+import { rng } from '../test/helpers/prng.ts';
+import { cpuSeconds } from './idle.ts';
+import { buildKmsgCorpus } from './kmsg.ts';
+import { ApiObserver, names, type Sign } from './peers/observer.ts';
+import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
+import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
+const IDLE_SECONDS = env('BENCH_IDLE_SECONDS', 600);
+const EPISODES = env('BENCH_EPISODES', 20);
+const FAULTS_PER_EPISODE = env('BENCH_FAULTS_PER_EPISODE', 12);
+const CORPUS_LINES = env('BENCH_CORPUS_LINES', 1_000_000);
+const STORM_RATE = env('BENCH_STORM_RATE', 100_000);
+const STORM_SECONDS = env('BENCH_STORM_SECONDS', 10);
+const STORM_WRITERS = env('BENCH_STORM_WRITERS', 4);
+const DISTINCT = env('BENCH_DISTINCT', 100);
+const DISTINCT_GAP_MS = env('BENCH_DISTINCT_GAP_MS', 1200);
+const SETTLE_SECONDS = 15;
+const SIGN_TIMEOUT_MS = 10_000;
+const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,storm,throughput').split(','));
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const round = (x: number | null, d = 1): number | null => (x === null || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
+const log = (msg: string) => process.stderr.write(`[bench:compare ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+
+type Agent = 'vigil' | 'npd';
+type Figures = Record<string, Record<Agent, number | null>>;
+interface RunResult {
+  figures: Figures;
+  notes: Record<string, unknown>;
+}
+
+function rssMiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+function alive(pid: number): boolean {
+  return existsSync(`/proc/${pid}/status`) && !/State:\s+Z/.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+}
+
+/** A fault line on a GPU no other writer of the shared ring uses. */
+function xid79(pci: string, pid: number): string {
+  return `NVRM: Xid (PCI:${pci}): 79, pid=${pid}, name=python3, GPU has fallen off the bus.`;
+}
+
+/** RBAC for NPD's k8s exporter: its Node, its Node's status, core/v1 Events. */
+const NPD_RULES: k8s.V1PolicyRule[] = [
+  { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+  { apiGroups: [''], resources: ['nodes/status'], verbs: ['patch', 'update'] },
+  { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'update'] },
+];
+
+interface Ctx {
+  cluster: TestCluster;
+  obs: ApiObserver;
+  npdBin: string;
+  npdKubeconfig: string;
+  dir: string;
+  run: number;
+  ports: { next: number };
+}
+
+interface Pair {
+  vigil: AgentProcess;
+  npd: NpdProcess;
+  vNode: string;
+  nNode: string;
+  stop(): Promise<void>;
+}
+
+/** Both agents live on fresh Nodes, reading /dev/kmsg from now on; resolves once both have written their Node. */
+async function startPair(c: Ctx, tag: string): Promise<Pair> {
+  const vNode = `cmp-r${c.run}-${tag}-vigil`;
+  const nNode = `cmp-r${c.run}-${tag}-npd`;
+  await c.cluster.createNode(vNode);
+  await c.cluster.createNode(nNode);
+  const since = Date.now();
+  const configs = writeNpdConfigs(c.dir, { kind: 'kmsg' });
+  const npd = startNpd({
+    bin: c.npdBin,
+    configs,
+    kubeconfig: c.npdKubeconfig,
+    server: c.cluster.server,
+    nodeName: nNode,
+    prometheusPort: c.ports.next++,
+  });
+  let vigil: AgentProcess;
+  try {
+    vigil = await startVigilAgent({
+      dir: c.dir,
+      name: `${tag}-r${c.run}`,
+      kubeconfig: c.cluster.vigilKubeconfig,
+      nodeName: vNode,
+      mode: { kind: 'live' },
+    });
+  } catch (err) {
+    await npd.stop();
+    throw err;
+  }
+  const ready = await Promise.all([
+    c.obs.first((s) => s.kind === 'condition' && s.node === nNode && s.what === NPD_XID_CONDITION, since, 60_000),
+    c.obs.first((s) => s.kind === 'condition' && s.node === vNode && s.what === 'KernelReady', since, 60_000),
+  ]);
+  if (!ready[0] || !ready[1]) {
+    await Promise.all([vigil.stop(), npd.stop()]);
+    throw new Error(
+      `agents did not write their Nodes within 60 s (npd: ${!!ready[0]}, vigil: ${!!ready[1]}); npd log: ${npd.lines.slice(-5).join(' | ')}`,
+    );
+  }
+  // NPD opens /dev/kmsg with its lookback applied after its start-up; give both a moment.
+  await sleep(1000);
+  return {
+    vigil,
+    npd,
+    vNode,
+    nNode,
+    async stop() {
+      await Promise.all([vigil.stop(), npd.stop()]);
+    },
+  };
+}
+
+const firstCondition = (agent: Agent, node: string, pci: string) => (s: Sign) =>
+  names(node, pci, ['condition'])(s) &&
+  (agent === 'vigil' ? s.what === VIGIL_XID_CONDITION && s.status === 'False' : s.what === NPD_XID_CONDITION && s.status === 'True');
+
+async function latencyPhase(
+  c: Ctx,
+  rand: () => number,
+): Promise<{ first: Record<Agent, number[]>; later: Record<Agent, number[]>; missed: Record<string, number> }> {
+  const first: Record<Agent, number[]> = { vigil: [], npd: [] };
+  const later: Record<Agent, number[]> = { vigil: [], npd: [] };
+  const missed = { first_vigil: 0, first_npd: 0, later_vigil: 0, later_npd: 0 };
+  for (let e = 0; e < EPISODES; e++) {
+    const pair = await startPair(c, `lat${e}`);
+    try {
+      const faults: { pci: string; at: number }[] = [];
+      for (let f = 0; f < FAULTS_PER_EPISODE; f++) {
+        await sleep(300 + rand() * 600);
+        const pci = uniquePci();
+        const at = Date.now();
+        writeKmsg(xid79(pci, 1000 + f), 4);
+        faults.push({ pci, at });
+      }
+      for (const [i, f] of faults.entries()) {
+        for (const [agent, node] of [
+          ['vigil', pair.vNode],
+          ['npd', pair.nNode],
+        ] as const) {
+          const pred = i === 0 ? firstCondition(agent, node, f.pci) : names(node, f.pci);
+          const s = await c.obs.first(pred, f.at, Math.max(0, f.at + SIGN_TIMEOUT_MS - Date.now()));
+          (i === 0 ? first : later)[agent].push(s ? s.at - f.at : SIGN_TIMEOUT_MS);
+          if (!s) missed[`${i === 0 ? 'first' : 'later'}_${agent}`]++;
+        }
+      }
+      log(
+        `latency episode ${e + 1}/${EPISODES}: first vigil ${first.vigil.at(-1)} ms, npd ${first.npd.at(-1)} ms; later p50 vigil ${percentile(later.vigil, 50)}, npd ${percentile(later.npd, 50)}`,
+      );
+    } finally {
+      await pair.stop();
+    }
+    c.obs.forget(Date.now() - 60_000);
+  }
+  return { first, later, missed };
+}
+
+async function distinctPhase(c: Ctx): Promise<Record<Agent, { visible: number; latencies: number[] }>> {
+  const pair = await startPair(c, 'distinct');
+  const out: Record<Agent, { visible: number; latencies: number[] }> = {
+    vigil: { visible: 0, latencies: [] },
+    npd: { visible: 0, latencies: [] },
+  };
+  try {
+    const faults: { pci: string; at: number }[] = [];
+    for (let i = 0; i < DISTINCT; i++) {
+      const pci = uniquePci();
+      const at = Date.now();
+      writeKmsg(xid79(pci, 2000 + i), 4);
+      faults.push({ pci, at });
+      await sleep(DISTINCT_GAP_MS);
+    }
+    await sleep(1000);
+    for (const f of faults) {
+      for (const [agent, node] of [
+        ['vigil', pair.vNode],
+        ['npd', pair.nNode],
+      ] as const) {
+        const s = c.obs.signs.find((x) => x.at >= f.at && names(node, f.pci)(x));
+        const ms = s ? s.at - f.at : Infinity;
+        out[agent].latencies.push(ms);
+        if (ms <= 1000) out[agent].visible++;
+      }
+    }
+  } finally {
+    await pair.stop();
+  }
+  return out;
+}
+
+/** Holds /tmp/vigil-ring.lock (flock) until release() is called. */
+async function ringLock(): Promise<{ release(): Promise<void> }> {
+  const child = spawn('flock', ['-x', '/tmp/vigil-ring.lock', '-c', 'echo locked; cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`flock exited with ${code}`)));
+  });
+  return {
+    async release() {
+      const done = new Promise((r) => child.once('exit', r));
+      child.stdin.end();
+      await done;
+    },
+  };
+}
+
+interface StormResult {
+  written: number;
+  rate: number;
+  xid_to_condition_ms: Record<Agent, number | null>;
+  xid_first_sign_ms: Record<Agent, number | null>;
+  peak_cpu_millicores: Record<Agent, number>;
+  peak_rss_mib: Record<Agent, number>;
+  lost: Record<Agent, number | null>;
+  healthy: Record<Agent, boolean>;
+  busy_after_ms: Record<Agent, number | null>;
+  npd_kmsg_channel_closed: boolean;
+}
+
+async function stormPhase(c: Ctx): Promise<StormResult> {
+  const pair = await startPair(c, 'storm');
+  try {
+    const pids: Record<Agent, number> = { vigil: pair.vigil.child.pid!, npd: pair.npd.pid };
+    const lost0 = metricSum(String(await pair.vigil.get('/metrics')), 'vigil_kmsg_lost_records_total');
+    const pci = uniquePci();
+    // CPU sampler: every 250 ms, per agent; keeps the series to find when each went quiet again.
+    const samples: Record<Agent, { at: number; mc: number }[]> = { vigil: [], npd: [] };
+    const prev = { vigil: cpuSeconds(pids.vigil), npd: cpuSeconds(pids.npd), at: Date.now() };
+    const timer = setInterval(() => {
+      const now = Date.now();
+      for (const a of ['vigil', 'npd'] as const) {
+        if (!alive(pids[a])) continue;
+        const cpu = cpuSeconds(pids[a]);
+        samples[a].push({ at: now, mc: ((cpu - prev[a]) / ((now - prev.at) / 1000)) * 1000 });
+        prev[a] = cpu;
+      }
+      prev.at = now;
+    }, 250);
+    const lock = await ringLock();
+    // Unlimited user writes for the storm (one open file per writer), restored after it.
+    const devkmsg = '/proc/sys/kernel/printk_devkmsg';
+    const devkmsgBefore = readFileSync(devkmsg, 'utf8').trim();
+    writeFileSync(devkmsg, 'on\n');
+    let results: { written: number; seconds: number; hiddenAt: number | null }[];
+    let stormEnd: number;
+    try {
+      log(`storm: ${STORM_WRITERS} writers, ${STORM_RATE}/s for ${STORM_SECONDS} s`);
+      const writers = Array.from({ length: STORM_WRITERS }, (_, i) =>
+        execOut(process.execPath, [
+          '--import',
+          'tsx',
+          path.join(ROOT, 'bench/peers/storm-writer.ts'),
+          String(i),
+          String(STORM_RATE / STORM_WRITERS),
+          String(STORM_SECONDS),
+          ...(i === 0 ? [xid79(pci, 4242)] : []),
+        ]),
+      );
+      results = (await Promise.all(writers)).map((o) => JSON.parse(o) as { written: number; seconds: number; hiddenAt: number | null });
+      stormEnd = Date.now();
+    } finally {
+      writeFileSync(devkmsg, `${devkmsgBefore}\n`);
+      await lock.release();
+    }
+    const xidAt = results[0].hiddenAt!;
+    const written = results.reduce((a, r) => a + r.written, 0);
+    const cond: Record<Agent, number | null> = { vigil: null, npd: null };
+    const sign: Record<Agent, number | null> = { vigil: null, npd: null };
+    await Promise.all(
+      (['vigil', 'npd'] as const).map(async (a) => {
+        const node = a === 'vigil' ? pair.vNode : pair.nNode;
+        const [s1, s2] = await Promise.all([
+          c.obs.first(firstCondition(a, node, pci), xidAt, Math.max(0, xidAt + 30_000 - Date.now())),
+          c.obs.first(names(node, pci), xidAt, Math.max(0, xidAt + 30_000 - Date.now())),
+        ]);
+        cond[a] = s1 ? s1.at - xidAt : null;
+        sign[a] = s2 ? s2.at - xidAt : null;
+      }),
+    );
+    // Health probe: a new GPU's Xid after the storm must still reach the API.
+    await sleep(Math.max(0, stormEnd + 2000 - Date.now()));
+    const probe = uniquePci();
+    const probeAt = Date.now();
+    writeKmsg(xid79(probe, 4343), 4);
+    const healthy: Record<Agent, boolean> = { vigil: false, npd: false };
+    await Promise.all(
+      (['vigil', 'npd'] as const).map(async (a) => {
+        const s = await c.obs.first(names(a === 'vigil' ? pair.vNode : pair.nNode, probe), probeAt, SIGN_TIMEOUT_MS);
+        healthy[a] = !!s && alive(pids[a]);
+      }),
+    );
+    await sleep(Math.max(0, stormEnd + 15_000 - Date.now()));
+    clearInterval(timer);
+    const busyAfter = (a: Agent): number | null => {
+      // The first 1 s stretch (4 samples) after the storm under 50 millicores.
+      const after = samples[a].filter((s) => s.at >= stormEnd);
+      for (let i = 0; i + 3 < after.length; i++)
+        if (after.slice(i, i + 4).every((s) => s.mc < 50)) return Math.max(0, after[i].at - 250 - stormEnd);
+      return null;
+    };
+    const lost1 = alive(pids.vigil) ? metricSum(String(await pair.vigil.get('/metrics')), 'vigil_kmsg_lost_records_total') : NaN;
+    return {
+      written,
+      rate: written / Math.max(...results.map((r) => r.seconds)),
+      xid_to_condition_ms: cond,
+      xid_first_sign_ms: sign,
+      peak_cpu_millicores: { vigil: Math.max(0, ...samples.vigil.map((s) => s.mc)), npd: Math.max(0, ...samples.npd.map((s) => s.mc)) },
+      peak_rss_mib: {
+        vigil: alive(pids.vigil) ? rssMiB(pids.vigil, 'VmHWM') : NaN,
+        npd: alive(pids.npd) ? rssMiB(pids.npd, 'VmHWM') : NaN,
+      },
+      lost: { vigil: lost1 - lost0, npd: null },
+      healthy,
+      busy_after_ms: { vigil: busyAfter('vigil'), npd: busyAfter('npd') },
+      npd_kmsg_channel_closed: pair.npd.lines.some((l) => l.includes('Kmsg channel closed')),
+    };
+  } finally {
+    await pair.stop();
+  }
+}
+
+/** Runs a command; resolves with its stdout (rejects on a non-zero exit). */
+function execOut(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    child.once('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`${cmd} ${args.slice(0, 3).join(' ')} exited with ${code}: ${err.slice(-1000)}`)),
+    );
+  });
+}
+
+/** The throughput corpus as a syslog file (stamped now, so NPD's filelog lookback keeps it), ending in a marker line. */
+async function writeCorpus(file: string, lines: number, marker: string): Promise<void> {
+  const corpus = lines > 1 ? buildKmsgCorpus(lines - 1) : [];
+  const d = new Date();
+  const mon = d.toLocaleString('en-US', { month: 'short', timeZone: 'UTC' });
+  const stamp = `${mon} ${String(d.getUTCDate()).padStart(2, ' ')} ${d.toISOString().slice(11, 19)}`;
+  const out = createWriteStream(file);
+  let chunk = '';
+  const flush = async () => {
+    if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()));
+    chunk = '';
+  };
+  for (let i = 0; i < corpus.length; i++) {
+    chunk += `${stamp} benchhost kernel: [${(1000 + i / 1000).toFixed(6)}] ${corpus[i]}\n`;
+    if (chunk.length > 1 << 20) await flush();
+  }
+  chunk += `${stamp} benchhost kernel: [99999.000000] ${marker}\n`;
+  await flush();
+  await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
+}
+
+async function timeVigilScan(file: string): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  await execOut('taskset', ['-c', '0', process.execPath, path.join(ROOT, 'bin/vigil.js'), 'scan', '--json', file]);
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+async function timeNpdFile(c: Ctx, file: string, marker: string): Promise<number> {
+  const configs = writeNpdConfigs(c.dir, { kind: 'file', path: file }, [
+    { type: 'temporary', reason: 'BenchCorpusEnd', pattern: `${marker}.*` },
+  ]);
+  const t0 = process.hrtime.bigint();
+  // TZ=UTC: NPD parses the stamps in local time; the corpus is stamped in UTC.
+  const npd = startNpd({
+    bin: c.npdBin,
+    configs,
+    nodeName: 'cmp-throughput',
+    prometheusPort: c.ports.next++,
+    wrap: ['env', 'TZ=UTC', 'taskset', '-c', '0'],
+  });
+  try {
+    // The status of the marker's rule (the config dump at start-up names the rule too).
+    await npd.waitFor((l) => l.includes('New status generated') && l.includes('BenchCorpusEnd'), 600_000);
+    return Number(process.hrtime.bigint() - t0) / 1e9;
+  } finally {
+    await npd.stop();
+  }
+}
+
+async function throughputPhase(c: Ctx): Promise<{ vigil: number; npd: number; classifier: number; notes: Record<string, number> }> {
+  const marker = `vigil-bench-corpus-end-${randomBytes(4).toString('hex')}`;
+  const big = path.join(c.dir, 'corpus.log');
+  const small = path.join(c.dir, 'corpus-1.log');
+  await writeCorpus(big, CORPUS_LINES, marker);
+  await writeCorpus(small, 1, marker);
+  const vSmall = await timeVigilScan(small);
+  const vBig = await timeVigilScan(big);
+  const nSmall = await timeNpdFile(c, small, marker);
+  const nBig = await timeNpdFile(c, big, marker);
+  rmSync(big, { force: true });
+  // Vigil's classifier alone, in process, on the same generator's lines (bench/kmsg.ts), one core.
+  const cls = await execOut('taskset', ['-c', '0', process.execPath, '--import', 'tsx', path.join(ROOT, 'bench/kmsg.ts')]);
+  const classifier = Number(/kmsg_classify_records_per_s: (\d+)/.exec(cls)?.[1] ?? NaN);
+  log(
+    `throughput: vigil ${vBig.toFixed(2)} s (start-up ${vSmall.toFixed(2)} s), npd ${nBig.toFixed(2)} s (start-up ${nSmall.toFixed(2)} s)`,
+  );
+  return {
+    vigil: CORPUS_LINES / Math.max(1e-3, vBig - vSmall),
+    npd: CORPUS_LINES / Math.max(1e-3, nBig - nSmall),
+    classifier,
+    notes: { vigil_wall_s: vBig, vigil_startup_s: vSmall, npd_wall_s: nBig, npd_startup_s: nSmall },
+  };
+}
+
+interface IdlePair {
+  pids: Record<Agent, number>;
+  users: Record<Agent, string>;
+  stop(): Promise<void>;
+}
+
+async function startIdle(c: Ctx): Promise<IdlePair> {
+  const vNode = `cmp-r${c.run}-idle-vigil`;
+  const nNode = `cmp-r${c.run}-idle-npd`;
+  await c.cluster.createNode(vNode);
+  await c.cluster.createNode(nNode);
+  const vSa = `idle-vigil-r${c.run}`;
+  const nSa = `idle-npd-r${c.run}`;
+  const vKube = await c.cluster.serviceAccountKubeconfig(vSa, shippedClusterRoleRules());
+  const nKube = await c.cluster.serviceAccountKubeconfig(nSa, NPD_RULES);
+  const fifo = path.join(c.dir, 'idle-kmsg.fifo');
+  execFileSync('mkfifo', [fifo]);
+  // Held open read-write so the agent's reader never sees the writer side close.
+  const fifoFd = openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK);
+  const empty = path.join(c.dir, 'idle-kern.log');
+  writeFileSync(empty, '');
+  const vigil = await startVigilAgent({
+    dir: c.dir,
+    name: `idle-r${c.run}`,
+    kubeconfig: vKube,
+    nodeName: vNode,
+    mode: { kind: 'idle', kernelLogPath: fifo },
+  });
+  const npd = startNpd({
+    bin: c.npdBin,
+    configs: writeNpdConfigs(c.dir, { kind: 'file', path: empty }),
+    kubeconfig: nKube,
+    server: c.cluster.server,
+    nodeName: nNode,
+    prometheusPort: c.ports.next++,
+  });
+  return {
+    pids: { vigil: vigil.child.pid!, npd: npd.pid },
+    users: { vigil: `system:serviceaccount:vigil:${vSa}`, npd: `system:serviceaccount:vigil:${nSa}` },
+    async stop() {
+      await Promise.all([vigil.stop(), npd.stop()]);
+      closeSync(fifoFd);
+    },
+  };
+}
+
+interface AuditEvent {
+  auditID: string;
+  stage: string;
+  verb: string;
+  user?: { username?: string };
+  requestReceivedTimestamp: string;
+}
+
+/** Requests and writes per user in [from, to) from the apiserver's audit log. */
+function auditCounts(file: string, users: string[], from: number, to: number): Record<string, { requests: number; writes: number }> {
+  const seen = new Set<string>();
+  const out = Object.fromEntries(users.map((u) => [u, { requests: 0, writes: 0 }]));
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    if (!line) continue;
+    const e = JSON.parse(line) as AuditEvent;
+    const u = e.user?.username ?? '';
+    if (!(u in out) || seen.has(e.auditID)) continue;
+    const t = Date.parse(e.requestReceivedTimestamp);
+    if (t < from || t >= to) continue;
+    seen.add(e.auditID);
+    out[u].requests++;
+    if (['create', 'update', 'patch', 'delete'].includes(e.verb)) out[u].writes++;
+  }
+  return out;
+}
+
+async function oneRun(run: number, npdBin: string): Promise<RunResult> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-compare-'));
+  const audit = path.join(dir, 'audit.log');
+  const policy = path.join(dir, 'audit-policy.yaml');
+  writeFileSync(policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n');
+  const extraBefore = process.env.VIGIL_APISERVER_EXTRA_ARGS;
+  process.env.VIGIL_APISERVER_EXTRA_ARGS =
+    `${extraBefore ?? ''} --audit-policy-file=${policy} --audit-log-path=${audit} --audit-log-format=json`.trim();
+  const cluster = await startCluster();
+  if (extraBefore === undefined) delete process.env.VIGIL_APISERVER_EXTRA_ARGS;
+  else process.env.VIGIL_APISERVER_EXTRA_ARGS = extraBefore;
+  const obs = new ApiObserver(cluster.admin.kc);
+  const figures: Figures = {};
+  const notes: Record<string, unknown> = {};
+  let idle: IdlePair | undefined;
+  try {
+    await obs.start();
+    const npdKubeconfig = await cluster.serviceAccountKubeconfig(`npd-r${run}`, NPD_RULES);
+    const c: Ctx = { cluster, obs, npdBin, npdKubeconfig, dir, run, ports: { next: 21000 + run * 100 + Math.floor(Math.random() * 50) } };
+    idle = await startIdle(c);
+    const idleStart = Date.now() + SETTLE_SECONDS * 1000;
+    await sleep(SETTLE_SECONDS * 1000);
+    const cpu0 = { vigil: cpuSeconds(idle.pids.vigil), npd: cpuSeconds(idle.pids.npd) };
+    const rss = { vigil: 0, npd: 0 };
+    const idlePids = idle.pids;
+    const rssTimer = setInterval(() => {
+      for (const a of ['vigil', 'npd'] as const) if (alive(idlePids[a])) rss[a] = Math.max(rss[a], rssMiB(idlePids[a]));
+    }, 5000);
+    try {
+      if (PHASES.has('latency')) {
+        const l = await latencyPhase(c, rng(1000 + run));
+        figures.latency_p50_ms = { vigil: percentile(l.first.vigil, 50), npd: percentile(l.first.npd, 50) };
+        figures.latency_p99_ms = { vigil: percentile(l.first.vigil, 99), npd: percentile(l.first.npd, 99) };
+        figures.later_fault_signal_p50_ms = { vigil: percentile(l.later.vigil, 50), npd: percentile(l.later.npd, 50) };
+        figures.later_fault_signal_p95_ms = { vigil: percentile(l.later.vigil, 95), npd: percentile(l.later.npd, 95) };
+        figures.later_fault_signal_p99_ms = { vigil: percentile(l.later.vigil, 99), npd: percentile(l.later.npd, 99) };
+        notes.latency = {
+          first_fault_samples: l.first.vigil.length,
+          later_fault_samples: l.later.vigil.length,
+          missed_within_10s: l.missed,
+        };
+      }
+      if (PHASES.has('distinct')) {
+        const d = await distinctPhase(c);
+        figures.distinct_fatal_visible_ratio = { vigil: d.vigil.visible / DISTINCT, npd: d.npd.visible / DISTINCT };
+        const fin = (xs: number[]) => xs.filter(Number.isFinite);
+        notes.distinct = {
+          faults: DISTINCT,
+          gap_ms: DISTINCT_GAP_MS,
+          vigil_visible: d.vigil.visible,
+          npd_visible: d.npd.visible,
+          vigil_ever_visible: fin(d.vigil.latencies).length,
+          npd_ever_visible: fin(d.npd.latencies).length,
+        };
+        log(`distinct: vigil ${d.vigil.visible}/${DISTINCT}, npd ${d.npd.visible}/${DISTINCT} visible within 1 s`);
+      }
+      if (PHASES.has('storm')) {
+        const s = await stormPhase(c);
+        figures.storm_xid_to_condition_ms = s.xid_to_condition_ms;
+        figures.storm_xid_first_sign_ms = s.xid_first_sign_ms;
+        figures.storm_peak_cpu_millicores = s.peak_cpu_millicores;
+        figures.storm_peak_rss_mib = s.peak_rss_mib;
+        figures.storm_records_lost = s.lost;
+        figures.storm_busy_after_ms = s.busy_after_ms;
+        notes.storm = {
+          written: s.written,
+          achieved_rate_per_s: Math.round(s.rate),
+          healthy: s.healthy,
+          npd_kmsg_channel_closed: s.npd_kmsg_channel_closed,
+        };
+        log(`storm: ${JSON.stringify(s)}`);
+      }
+      if (PHASES.has('throughput')) {
+        const t = await throughputPhase(c);
+        figures.throughput_records_per_s = { vigil: t.vigil, npd: t.npd };
+        figures.throughput_classifier_only_records_per_s = { vigil: t.classifier, npd: null };
+        notes.throughput = { lines: CORPUS_LINES, ...t.notes };
+      }
+      // The idle window lasts at least IDLE_SECONDS, however quick the other phases were.
+      const idleEnd = Math.max(Date.now(), idleStart + IDLE_SECONDS * 1000);
+      await sleep(idleEnd - Date.now());
+      const wall = (Date.now() - idleStart) / 1000;
+      figures.idle_cpu_millicores = {
+        vigil: ((cpuSeconds(idle.pids.vigil) - cpu0.vigil) / wall) * 1000,
+        npd: ((cpuSeconds(idle.pids.npd) - cpu0.npd) / wall) * 1000,
+      };
+      figures.idle_rss_mib = rss;
+      // Let the audit backend flush the window's last requests.
+      await sleep(2000);
+      const counts = auditCounts(audit, [idle.users.vigil, idle.users.npd], idleStart, idleStart + wall * 1000);
+      const perHour = 3600 / wall;
+      figures.api_writes_per_node_hour = { vigil: counts[idle.users.vigil].writes * perHour, npd: counts[idle.users.npd].writes * perHour };
+      figures.api_requests_per_node_hour = {
+        vigil: counts[idle.users.vigil].requests * perHour,
+        npd: counts[idle.users.npd].requests * perHour,
+      };
+      notes.idle = { window_s: wall, audit: counts };
+    } finally {
+      clearInterval(rssTimer);
+    }
+  } finally {
+    await idle?.stop().catch(() => undefined);
+    obs.close();
+    await cluster.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { figures, notes };
+}
+
+function median(xs: number[]): number | null {
+  const v = xs.filter(Number.isFinite).sort((a, b) => a - b);
+  if (v.length === 0) return null;
+  return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+}
+
+function machine(): Record<string, string | number> {
+  const cpu = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown';
+  return {
+    nproc: os.cpus().length,
+    cpu,
+    memory_gib: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+    kernel: os.release(),
+    node: process.version,
+    npd: NPD_VERSION,
+  };
+}
+
+/** dist/ is what a node runs; rebuild it so `vigil` is not run from source through tsx. */
+function buildVigil(): boolean {
+  try {
+    execFileSync('npm', ['run', '-s', 'build'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+    // Others may edit src/ while this runs: keep timing the build made now (bin/vigil.js).
+    process.env.VIGIL_FROM_SOURCE = '0';
+    return true;
+  } catch (err) {
+    log(`npm run build failed; vigil runs from source (tsx): ${String(err).slice(0, 300)}`);
+    return false;
+  }
+}
+
+const TARGETS: Record<string, string> = {
+  latency_p99_ms: 'Vigil ≥ 10× lower than NPD',
+  later_fault_signal_p99_ms: 'Vigil no slower than NPD',
+  throughput_records_per_s: 'Vigil ≥ 3× NPD',
+  idle_cpu_millicores: 'Vigil ≤ NPD',
+  idle_rss_mib: 'Vigil ≤ 60 MiB',
+  api_writes_per_node_hour: 'Vigil ≤ 12',
+  storm_xid_to_condition_ms: 'Vigil ≤ 1000 ms',
+  distinct_fatal_visible_ratio: 'Vigil 1.0',
+};
+
+function fmt(x: number | null | undefined): string {
+  if (x === null || x === undefined || !Number.isFinite(x)) return '–';
+  if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString('en-US');
+  if (Math.abs(x) >= 10) return x.toFixed(1);
+  return x.toFixed(Math.abs(x) >= 1 ? 2 : 3);
+}
+
+function markdown(
+  result: Record<string, unknown>,
+  keys: string[],
+  agg: Record<string, { vigil: number | null; npd: number | null; ratio: number | null }>,
+  runs: RunResult[],
+): string {
+  const m = result.machine as Record<string, string | number>;
+  const spread = (k: string, a: Agent) => {
+    const v = runs.map((r) => r.figures[k]?.[a]).filter((x): x is number => typeof x === 'number' && Number.isFinite(x));
+    return v.length ? `${fmt(Math.min(...v))}–${fmt(Math.max(...v))}` : '–';
+  };
+  const rows = keys.map(
+    (k) =>
+      `| \`${k}\` | ${fmt(agg[k].vigil)} | ${fmt(agg[k].npd)} | ${fmt(agg[k].ratio)} | ${spread(k, 'vigil')} | ${spread(k, 'npd')} | ${TARGETS[k] ?? ''} |`,
+  );
+  return [
+    '## Vigil and node-problem-detector side by side (`npm run bench:compare`)',
+    '',
+    `Measured ${String(result.measured_at).slice(0, 10)} on ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB memory, Linux ${m.kernel}, Node ${m.node}; NPD ${m.npd} built from its Go module. ${runs.length} runs; each figure is the median over runs, the spread columns give min–max over runs. Idle window ${fmt(result.idle_seconds as number)} s per run. \`ratio\` = Vigil / NPD. Method: the comment at the top of \`bench/compare.ts\`; raw figures and notes per run in \`bench/results/compare.json\`.`,
+    '',
+    '| key | Vigil | NPD | ratio | Vigil spread | NPD spread | target |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
+    ...rows,
+    '',
+  ].join('\n');
+}
+
+const COMPARE_START = '<!-- bench:compare start -->';
+const COMPARE_END = '<!-- bench:compare end -->';
+
+function writeDocs(section: string): void {
+  const file = path.join(ROOT, 'docs/benchmarks.md');
+  const block = `${COMPARE_START}\n${section}${COMPARE_END}\n`;
+  let text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n';
+  const a = text.indexOf(COMPARE_START);
+  const b = text.indexOf(COMPARE_END);
+  // Replace only this bench's block: other sections of the file (the fleet's) stay as they are.
+  text = a >= 0 && b > a ? text.slice(0, a) + block + text.slice(b + COMPARE_END.length + 1) : `${text.trimEnd()}\n\n${block}`;
+  writeFileSync(file, text);
+}
+
+async function main(): Promise<void> {
+  const i = process.argv.indexOf('--runs');
+  const runs = i >= 0 ? Number(process.argv[i + 1]) : 2;
+  if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs: expected a positive integer, got ${process.argv[i + 1]}`);
+  if (process.getuid?.() !== 0) throw new Error('bench:compare writes to /dev/kmsg: run it as root');
+  const npdBin = buildNpd();
+  const fromDist = buildVigil();
+  const results: RunResult[] = [];
+  for (let r = 0; r < runs; r++) {
+    log(`run ${r + 1}/${runs}`);
+    results.push(await oneRun(r, npdBin));
+  }
+  const keys = [...new Set(results.flatMap((r) => Object.keys(r.figures)))];
+  const agg: Record<string, { vigil: number | null; npd: number | null; ratio: number | null }> = {};
+  for (const k of keys) {
+    const v = median(results.map((r) => r.figures[k]?.vigil ?? NaN));
+    const n = median(results.map((r) => r.figures[k]?.npd ?? NaN));
+    agg[k] = { vigil: round(v, 3), npd: round(n, 3), ratio: v !== null && n !== null && n !== 0 ? round(v / n, 3) : null };
+  }
+  const result = {
+    measured_at: new Date().toISOString(),
+    machine: machine(),
+    runs: runs,
+    idle_seconds: IDLE_SECONDS,
+    vigil_from_dist: fromDist,
+    ratio_means: 'vigil / npd',
+    ...agg,
+    per_run: results.map((r) => ({ figures: r.figures, notes: r.notes })),
+  };
+  mkdirSync(path.join(ROOT, 'bench/results'), { recursive: true });
+  writeFileSync(path.join(ROOT, 'bench/results/compare.json'), JSON.stringify(result, null, 2) + '\n');
+  writeDocs(markdown(result, keys, agg, results));
+  console.log(JSON.stringify(agg, null, 2));
+}
+
+await main();

@@ -1,0 +1,312 @@
+/**
+ * NodeDiagnostic on real parts: the real `vigil run` process with a token bound to a pod on its
+ * node, the CRD, RBAC and admission policy from deploy/ on a real kube-apiserver, uploads by HTTP
+ * PUT to a local server, node delivery fetched through the API server's node proxy, and the
+ * automatic capture on a Fatal record written to the real /dev/kmsg.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as k8s from '@kubernetes/client-node';
+import { kernelLogOnlyConfig, startAgent, writeKmsg, type AgentProcess } from '../helpers/agent-process.ts';
+import { ADMISSION_POLICY_YAML, eventsFor, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
+import {
+  apiGetToFile,
+  bundleManifest,
+  installCrd,
+  nodeDiagnostics,
+  pointNodeAtThisMachine,
+  startPutServer,
+  type NodeDiagnosticObject,
+  type PutServer,
+} from '../helpers/node-diagnostic.ts';
+
+let cluster: TestCluster;
+let dir: string;
+let put: PutServer;
+const agents = new Set<AgentProcess>();
+
+before(async () => {
+  cluster = await startCluster();
+  dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-ndiag-'));
+  put = await startPutServer(path.join(dir, 'uploads'));
+  await installCrd(cluster);
+  await cluster.apply(ADMISSION_POLICY_YAML);
+});
+after(async () => {
+  for (const a of agents) await a.stop();
+  await put?.close();
+  await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** The real agent for `node`, with a token bound to a pod on that node (so the admission policy applies). */
+async function agentFor(
+  node: string,
+  extra: string[] = [],
+  stateDir = path.join(dir, `state-${node}`),
+  userRules?: string,
+): Promise<AgentProcess> {
+  const config = path.join(dir, `${node}.yaml`);
+  const text = kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms', 'diagnostics:', '  uploadAttempts: 2', ...extra]);
+  writeFileSync(config, userRules ? text.replace('kernelLog:\n', `kernelLog:\n  userRules: [${JSON.stringify(userRules)}]\n`) : text);
+  const kubeconfig = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode(node), `agent-${node}`);
+  const agent = await startAgent([
+    '--kubeconfig',
+    kubeconfig,
+    '--node-name',
+    node,
+    '--state-dir',
+    stateDir,
+    '--config',
+    config,
+    // Not loopback: the node proxy reaches the agent on the Node's address.
+    '--listen',
+    '0.0.0.0:0',
+  ]);
+  agents.add(agent);
+  return agent;
+}
+
+async function stopAgent(a: AgentProcess): Promise<void> {
+  agents.delete(a);
+  assert.equal(await a.stop(), 0);
+}
+
+async function finished(name: string): Promise<NodeDiagnosticObject> {
+  const nd = nodeDiagnostics(cluster.adminKubeconfig);
+  return waitFor(
+    `NodeDiagnostic ${name} finished`,
+    async () => {
+      const o = await nd.get(name);
+      return (o.status?.phase === 'Succeeded' || o.status?.phase === 'Failed') && o;
+    },
+    240_000,
+    250,
+  );
+}
+
+test(
+  'a NodeDiagnostic for the agent node is captured and uploaded by HTTP PUT; one for another node is ignored',
+  { timeout: 300_000 },
+  async () => {
+    const node = 'ndiag-a';
+    await cluster.createNode(node);
+    await cluster.createNode('ndiag-other');
+    const agent = await agentFor(node);
+    try {
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      const nd = nodeDiagnostics(cluster.adminKubeconfig);
+      // A presigned URL carries its signature in the query string: it must not be echoed anywhere.
+      const secret = `sig-${Math.random().toString(36).slice(2)}`;
+      const other = await nd.create('ndiag-other', { categories: ['kernel'], delivery: `${put.url}/other.tar.gz` });
+      const created = await nd.create(node, { categories: ['kernel', 'vigil'], delivery: `${put.url}/a.tar.gz?X-Amz-Signature=${secret}` });
+
+      const done = await finished(node);
+      assert.equal(done.status?.phase, 'Succeeded', JSON.stringify(done.status));
+      assert.equal(done.status?.observedUID, created.metadata?.uid);
+      assert.equal(done.status?.keptOnNode, false);
+      assert.ok(done.status?.startTime && done.status.completionTime);
+      const upload = put.received.get(`/a.tar.gz?X-Amz-Signature=${secret}`);
+      assert.ok(upload, `uploaded: ${[...put.received.keys()].join(', ')}`);
+      assert.equal(upload.bytes, done.status?.bytes, 'status.bytes is the uploaded size');
+      assert.equal(upload.contentLength, upload.bytes, 'sent with a Content-Length (presigned S3 PUTs need one)');
+      assert.equal(done.status?.location, `${put.url}/a.tar.gz?…`);
+
+      const { manifest, entries } = bundleManifest(upload.file);
+      assert.deepEqual([...manifest.categories].sort(), ['kernel', 'vigil']);
+      assert.equal(manifest.node, node);
+      const categories = new Set(manifest.collectors.map((c) => c.category));
+      assert.ok(categories.has('kernel') && categories.has('vigil'), `collectors of both categories: ${[...categories].join(', ')}`);
+      assert.ok(!manifest.collectors.some((c) => !['kernel', 'vigil'].includes(c.category)), 'nothing from a category not asked for');
+      for (const c of manifest.collectors.filter((x) => x.file))
+        assert.ok(
+          entries.some((e) => e.endsWith(c.file!)),
+          `${c.file} in the archive`,
+        );
+      assert.deepEqual(done.status?.manifest?.categories?.sort(), ['kernel', 'vigil']);
+      assert.equal(done.status?.manifest?.collectors, manifest.collectors.length);
+
+      assert.ok(!JSON.stringify(done.status).includes(secret), 'the signature is not in the status');
+      assert.ok(!agent.lines.some((l) => JSON.stringify(l).includes(secret)), 'nor in the log');
+      const kept = path.join(dir, `state-${node}`, 'diagnostics', 'bundles');
+      assert.deepEqual(
+        readdirSync(kept).filter((f) => f.endsWith('.tar.gz')),
+        [],
+        'an uploaded bundle is not kept on the node',
+      );
+
+      // The other node's request: the agent does not see it (field selector) and never writes it.
+      const o = await nd.get('ndiag-other');
+      assert.equal(o.status, undefined, 'another node’s NodeDiagnostic is left alone');
+      assert.equal(o.metadata?.uid, other.metadata?.uid);
+      assert.ok(![...put.received.keys()].some((k) => k.startsWith('/other')), 'nothing uploaded for it');
+      // And the admission policy keeps it so: this agent's token may not write another node's status.
+      const onA = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode(node), 'probe-a');
+      const code = await nodeDiagnostics(onA)
+        .patchStatus('ndiag-other', { phase: 'Failed' })
+        .then(
+          () => 200,
+          (e: unknown) => (e instanceof k8s.ApiException ? e.code : -1),
+        );
+      assert.equal(code, 403, 'a status write for another node is refused');
+      assert.equal(
+        await nodeDiagnostics(onA)
+          .patchStatus(node, { message: 'own node' })
+          .then(() => 200),
+        200,
+        'its own node is allowed',
+      );
+    } finally {
+      await stopAgent(agent);
+    }
+  },
+);
+
+test(
+  'an unreachable upload URL ends Failed, saying so, with the bundle kept on the node and served through the node proxy',
+  { timeout: 300_000 },
+  async () => {
+    const node = 'ndiag-fail';
+    await cluster.createNode(node);
+    await pointNodeAtThisMachine(cluster, node);
+    const stateDir = path.join(dir, `state-${node}`);
+    const agent = await agentFor(node);
+    try {
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      const nd = nodeDiagnostics(cluster.adminKubeconfig);
+      // Port 1 on loopback: connection refused at once, on every attempt.
+      await nd.create(node, { categories: ['kernel'], delivery: 'http://127.0.0.1:1/bundle.tar.gz' });
+      const done = await finished(node);
+      assert.equal(done.status?.phase, 'Failed', JSON.stringify(done.status));
+      assert.match(done.status?.message ?? '', /upload to http:\/\/127\.0\.0\.1:1\/bundle\.tar\.gz failed after 2 attempt\(s\)/);
+      assert.match(done.status?.message ?? '', /ECONNREFUSED/);
+      assert.match(done.status?.message ?? '', /kept on the node/);
+      assert.equal(done.status?.keptOnNode, true);
+      assert.ok(
+        (done.status?.errors ?? []).some((e) => /attempt 2/.test(e)),
+        JSON.stringify(done.status?.errors),
+      );
+
+      const location = done.status?.location ?? '';
+      const m = /^\/api\/v1\/nodes\/http:ndiag-fail:(\d+)\/proxy\/diagnostics\/([^/]+\.tar\.gz)$/.exec(location);
+      assert.ok(m, `location is the node proxy path: ${location}`);
+      assert.equal(Number(m[1]), agent.port);
+      const onDisk = path.join(stateDir, 'diagnostics', 'bundles', decodeURIComponent(m[2]));
+      assert.ok(existsSync(onDisk), 'the bundle is kept under the state directory');
+      assert.equal(statSync(onDisk).size, done.status?.bytes);
+
+      // Fetched through the real API server: nodes/proxy to the Node's address and the agent's port.
+      const fetched = path.join(dir, 'fetched.tar.gz');
+      assert.equal(await apiGetToFile(cluster.adminKubeconfig, location, fetched), 200);
+      assert.deepEqual(readFileSync(fetched), readFileSync(onDisk));
+      assert.deepEqual(bundleManifest(fetched).manifest.categories, ['kernel']);
+      // Only bundles the agent made are served: no other name, no path out of its folder.
+      for (const bad of ['x.tar.gz', '..%2F..%2Fstate.json', encodeURIComponent(m[2]).replace('.tar.gz', '.tar')]) {
+        const res = await fetch(`http://127.0.0.1:${agent.port}/diagnostics/${bad}`);
+        await res.arrayBuffer();
+        assert.equal(res.status, 404, bad);
+      }
+    } finally {
+      await stopAgent(agent);
+    }
+  },
+);
+
+test(
+  'a Fatal record on /dev/kmsg starts one automatic capture, uploaded and shown as Node Events; a second within the period does not, across a restart',
+  { timeout: 400_000 },
+  async () => {
+    const node = 'ndiag-auto';
+    await cluster.createNode(node);
+    const stateDir = path.join(dir, `state-${node}`);
+    // Other tests write Fatal Xids to the shared ring: this agent captures only on its own rule's
+    // reason (autoCapture.match), raised by a line carrying this run's token.
+    const token = Math.random()
+      .toString(36)
+      .slice(2, 10)
+      .replace(/[^a-z0-9]/g, '');
+    const reason = `DiagAuto${token}Fatal`;
+    const rules = path.join(dir, 'auto-rules.yaml');
+    writeFileSync(
+      rules,
+      [
+        'rules:',
+        `  - pattern: 'vigil-diag-test ${token} fault on (?<dev>\\S+)'`,
+        `    reason: ${reason}`,
+        '    severity: Fatal',
+        '    condition: KernelReady',
+        '    recovery: {ttl: 1h}',
+        "    entity: 'dev:{dev}'",
+        '',
+      ].join('\n'),
+    );
+    const auto = [
+      '  autoCapture:',
+      '    enabled: true',
+      `    uploadUrl: "${put.url}/auto/{node}-{time}.tar.gz"`,
+      '    minInterval: 1h',
+      '    categories: [kernel]',
+      `    match: '^${reason}$'`,
+    ];
+    // Seen by the agent before going on: a storm elsewhere can overrun the shared ring, so a
+    // record that never arrives is written again under a new name.
+    const fault = async (a: AgentProcess, dev: string): Promise<string> => {
+      for (let i = 0; ; i++) {
+        const entity = `dev:${dev}-${i}`;
+        writeKmsg(`vigil-diag-test ${token} fault on ${dev}-${i}`, 4);
+        try {
+          await a.waitFor((l) => l.event === 'finding' && l.reason === reason && l.entity === entity, 15_000);
+          return entity;
+        } catch (err) {
+          if (i >= 3) throw err;
+        }
+      }
+    };
+    const skipped = (l: Record<string, unknown>) =>
+      l.event === 'diagnostics' && String(l.msg).startsWith(`no automatic capture for ${reason}:`);
+    const uploads = () => [...put.received.keys()].filter((k) => k.startsWith(`/auto/${node}-`));
+    let agent = await agentFor(node, auto, stateDir, rules);
+    try {
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      const first = await fault(agent, 'd1');
+      await waitFor('the automatic upload', () => uploads().length === 1, 240_000, 250);
+      const file = put.received.get(uploads()[0])!.file;
+      assert.deepEqual(bundleManifest(file).manifest.categories, ['kernel']);
+      const evs = await waitFor(
+        'capture Events on the Node',
+        async () => {
+          const e = await eventsFor(cluster, node);
+          return e.some((x) => x.reason === 'DiagnosticBundleUploaded') && e;
+        },
+        30_000,
+      );
+      assert.equal(
+        evs.find((e) => e.reason === 'DiagnosticCaptureStarted')?.note,
+        `Fatal ${reason} (${first}): collecting a diagnostic bundle (kernel)`,
+      );
+      assert.match(evs.find((e) => e.reason === 'DiagnosticBundleUploaded')?.note ?? '', /uploaded to http:\/\/127\.0\.0\.1:\d+\/auto\//);
+      const metrics = String(await agent.get('/metrics'));
+      assert.match(metrics, /vigil_diagnostics_captures_total\{trigger="fatal",result="ok"\} 1/);
+      assert.match(metrics, /vigil_diagnostics_uploads_total\{trigger="fatal",result="ok"\} 1/);
+
+      // A second Fatal fault within minInterval: logged as rate-limited, no capture.
+      await fault(agent, 'd2');
+      await agent.waitFor(skipped, 30_000);
+      assert.match(String(await agent.get('/metrics')), /vigil_diagnostics_auto_skipped_total\{why="rate_limited"\} 1/);
+      await stopAgent(agent);
+
+      // The last capture time is in the state directory: a restart does not reopen the period.
+      agent = await agentFor(node, auto, stateDir, rules);
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      await fault(agent, 'd3');
+      await agent.waitFor(skipped, 30_000);
+      assert.equal(uploads().length, 1, 'still one automatic capture');
+      assert.equal((await eventsFor(cluster, node)).filter((e) => e.reason === 'DiagnosticCaptureStarted').length, 1);
+    } finally {
+      if (agents.has(agent)) await stopAgent(agent);
+    }
+  },
+);

@@ -1,0 +1,251 @@
+/**
+ * The Kubernetes sink's timing decisions, with a recording stand-in for the API clients (the real
+ * API server is exercised in test/integration/kubernetes-*.test.ts), the writer's injected clock
+ * and Node's mock timers: leading-edge condition writes, Fatal findings told as Events at once,
+ * bounded messages that name every new failing entity, and Event series that cost about one
+ * write an hour when a Warning persists.
+ */
+import { afterEach, beforeEach, mock, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../../src/api/types.ts';
+import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
+import { ConditionWriter, summarize } from '../../src/sinks/kubernetes/conditions.ts';
+import { EventRecorder } from '../../src/sinks/kubernetes/events.ts';
+
+interface Call {
+  op: 'patchNode' | 'createEvent' | 'patchEvent';
+  at: number;
+  body: unknown;
+}
+
+function fakeClients(calls: Call[], clock: () => number): KubeClients {
+  const record = (op: Call['op']) => (req: { body: unknown }) => {
+    calls.push({ op, at: clock(), body: req.body });
+    return Promise.resolve({});
+  };
+  return {
+    core: { patchNodeStatus: record('patchNode') },
+    events: { createNamespacedEvent: record('createEvent'), patchNamespacedEvent: record('patchEvent') },
+    server: 'https://stand-in',
+  } as unknown as KubeClients;
+}
+
+let t = 0;
+const clock = () => t;
+/** Advances the injected clock and the mocked timers together, letting writes settle. */
+async function advance(ms: number): Promise<void> {
+  t += ms;
+  mock.timers.tick(ms);
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+}
+
+beforeEach(() => {
+  t = Date.parse('2026-12-01T00:00:00Z');
+  mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+});
+afterEach(() => mock.timers.reset());
+
+const log = pino({ level: 'silent' });
+
+function problem(reason: string, entity: string, message = 'GPU has fallen off the bus'): ActiveProblem {
+  return { key: `C|${reason}|${entity}`, reason, severity: 'Fatal', condition: 'C', entity, message, firstSeen: t, lastSeen: t, count: 1 };
+}
+
+function health(status: 'True' | 'False', message: string, active: ActiveProblem[] = []): NodeHealth {
+  const c: ConditionState = {
+    type: 'C',
+    name: 'C',
+    status,
+    reason: status === 'True' ? 'Healthy' : 'NvidiaXID79Error',
+    message,
+    lastTransitionTime: '2026-12-01T00:00:00Z',
+    active,
+  };
+  return { bootId: 'b', conditions: [c], warnings: [] };
+}
+
+function writer(calls: Call[], coalesceMs = 200) {
+  return new ConditionWriter({
+    clients: fakeClients(calls, clock),
+    nodeName: 'n1',
+    log,
+    registry: new Registry(),
+    coalesceMs,
+    heartbeatMs: 0,
+    staleGraceMs: 0,
+    now: clock,
+  });
+}
+
+const patches = (calls: Call[]) => calls.filter((c) => c.op === 'patchNode');
+const sentMessage = (c: Call) => (c.body as { status: { conditions: { message: string }[] } }).status.conditions[0].message;
+
+test('the first change after a quiet window is written at once, without waiting out the coalescing window', async () => {
+  const calls: Call[] = [];
+  const w = writer(calls);
+  w.start(health('True', 'ok'));
+  await advance(0);
+  assert.equal(patches(calls).length, 1, 'initial state written');
+  await advance(5000);
+
+  const t0 = t;
+  w.update(health('False', 'NvidiaXID79Error on gpu:1: GPU has fallen off the bus'));
+  await advance(0);
+  assert.equal(patches(calls).length, 2, 'the change went out with no delay');
+  assert.equal(patches(calls)[1].at, t0);
+  await w.stop();
+});
+
+test('changes within the window after a write go out together when the window ends', async () => {
+  const calls: Call[] = [];
+  const w = writer(calls);
+  w.start(health('True', 'ok'));
+  await advance(0);
+  await advance(5000);
+  w.update(health('False', 'first'));
+  await advance(0);
+  assert.equal(patches(calls).length, 2);
+
+  await advance(50);
+  w.update(health('False', 'second'));
+  await advance(50);
+  w.update(health('False', 'third'));
+  await advance(50);
+  assert.equal(patches(calls).length, 2, 'nothing more before the window ends');
+  await advance(50);
+  assert.equal(patches(calls).length, 3, 'one write at the end of the window');
+  assert.equal(sentMessage(patches(calls)[2]), 'third', 'with the latest state');
+  await advance(1000);
+  assert.equal(patches(calls).length, 3);
+  await w.stop();
+});
+
+test('a Fatal finding is posted as an Event at once, before any timer runs', async () => {
+  const calls: Call[] = [];
+  const rec = new EventRecorder({
+    clients: fakeClients(calls, clock),
+    nodeName: 'n1',
+    namespace: 'default',
+    log,
+    registry: new Registry(),
+    perReasonPerMinute: 6,
+    instance: 'vigil-test',
+    now: clock,
+  });
+  const finding: EngineEvent = {
+    kind: 'finding',
+    finding: {
+      reason: 'NvidiaXID79Error',
+      message: 'GPU has fallen off the bus',
+      source: 'kmsg',
+      entity: 'gpu:0000:3b:00.0',
+      at: t,
+      severity: 'Fatal',
+      condition: 'AcceleratedHardwareReady',
+      action: 'reboot',
+      count: 1,
+    },
+  };
+  rec.handle(finding);
+  const created = calls.filter((c) => c.op === 'createEvent');
+  assert.equal(created.length, 1, 'sent synchronously, before any timer runs');
+  const body = created[0].body as { type: string; reason: string; note: string };
+  assert.deepEqual(
+    { type: body.type, reason: body.reason, note: body.note },
+    { type: 'Warning', reason: 'NvidiaXID79Error', note: 'gpu:0000:3b:00.0: GPU has fallen off the bus' },
+  );
+  await rec.stop();
+});
+
+test('a Warning that persists for hours costs about one Event write an hour, not one per repeat window', async () => {
+  const calls: Call[] = [];
+  const rec = new EventRecorder({
+    clients: fakeClients(calls, clock),
+    nodeName: 'n1',
+    namespace: 'default',
+    log,
+    registry: new Registry(),
+    perReasonPerMinute: 6,
+    instance: 'vigil-test',
+    now: clock,
+  });
+  const warn = (): EngineEvent => ({
+    kind: 'finding',
+    finding: {
+      reason: 'NvidiaPCIeError',
+      message: 'replay counter rose',
+      source: 'nvml',
+      entity: 'gpu:0',
+      at: t,
+      severity: 'Warning',
+      condition: 'AcceleratedHardwareReady',
+      action: 'none',
+      count: 2,
+    },
+  });
+  // The engine re-emits a persistent Warning once per repeat window (1 min): 4 hours of it.
+  const hour = 60;
+  const writesInHour: number[] = [];
+  for (let h = 0; h < 4; h++) {
+    const before = calls.length;
+    for (let m = 0; m < hour; m++) {
+      rec.handle(warn());
+      await advance(60_000);
+    }
+    writesInHour.push(calls.length - before);
+  }
+  assert.equal(calls.filter((c) => c.op === 'createEvent').length, 1, 'one Event');
+  // The create and one count update 30 s later, then a refresh every 50 min (Events live an hour).
+  assert.ok(writesInHour[0] <= 3, `writes per hour: ${writesInHour.join(', ')}`);
+  for (const n of writesInHour.slice(1)) assert.ok(n <= 2, `writes per hour: ${writesInHour.join(', ')}`);
+  assert.ok(writesInHour.reduce((a, n) => a + n, 0) <= 7, `writes per hour: ${writesInHour.join(', ')}`);
+  // The count reaches the API server in the end.
+  rec.flush();
+  await advance(0);
+  const last = calls.filter((c) => c.op === 'patchEvent').at(-1)!.body as { series: { count: number } };
+  assert.equal(last.series.count, 4 * hour);
+  await rec.stop();
+});
+
+test('a cut condition message still names the newest failing entity and the count per reason', () => {
+  const active = Array.from({ length: 100 }, (_, i) =>
+    problem('NvidiaXID79Error', `gpu:0000:${(i + 1).toString(16).padStart(2, '0')}:00.0`),
+  );
+  const msg = summarize(active);
+  assert.ok(msg.length <= 1024, `bounded: ${msg.length}`);
+  assert.match(
+    msg,
+    /^NvidiaXID79Error on gpu:0000:01:00\.0: GPU has fallen off the bus; NvidiaXID79Error on 100 entities: gpu:0000:01:00\.0, /,
+  );
+  assert.match(msg, /\(\+\d+ more, newest gpu:0000:64:00\.0\)$/);
+  const named = msg.split('entities: ')[1].split(' (+')[0].split(', ').length;
+  const more = Number(/\(\+(\d+) more/.exec(msg)![1]);
+  assert.equal(named + more, 100, 'every entity is named or counted');
+
+  const two = summarize([...active.slice(0, 50), problem('NvidiaXID48Error', 'gpu:0000:99:00.0')]);
+  assert.match(two, /NvidiaXID48Error on 1 entity: gpu:0000:99:00\.0/, 'another reason keeps its own share of the bound');
+});
+
+test('every new failing entity changes the condition written, even once the engine has cut its message', async () => {
+  const calls: Call[] = [];
+  const w = writer(calls);
+  const cut = 'x'.repeat(1021) + '...';
+  const active: ActiveProblem[] = [];
+  w.start(health('True', 'ok'));
+  await advance(0);
+  await advance(5000);
+  for (let i = 0; i < 30; i++) {
+    active.push(problem('NvidiaXID79Error', `gpu:0000:${(i + 1).toString(16).padStart(2, '0')}:00.0`));
+    // The engine's message stays the same once cut; the sink is told the problems changed.
+    w.update(health('False', cut, [...active]), 'C');
+    const at = t;
+    await advance(0);
+    const last = patches(calls).at(-1)!;
+    assert.equal(last.at, at, `entity ${i + 1} written at once`);
+    assert.match(sentMessage(last), new RegExp(`on ${i + 1} entit`));
+    await advance(1000);
+  }
+  await w.stop();
+});
