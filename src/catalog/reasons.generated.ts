@@ -146,7 +146,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: true,
     template: null,
-    description: "The kernel reported a BUG, an Oops, a NULL pointer dereference or a general protection fault.",
+    description: "The kernel reported a BUG, an Oops, a NULL pointer dereference, a general protection fault or a panic.",
   },
   {
     name: "AppCrash",
@@ -465,7 +465,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: true,
     template: null,
-    description: "The kernel reported an I/O error on a block device.",
+    description: "The kernel reported an I/O error or a command timeout on a block device (block layer, SCSI, NVMe controller or namespace).",
   },
   {
     name: "Ext4Error",
@@ -476,7 +476,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "The ext4 driver reported a filesystem error.",
+    description: "The ext4 driver reported a filesystem error, or that the filesystem still holds errors no fsck has cleared.",
   },
   {
     name: "XFSError",

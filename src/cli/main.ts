@@ -123,7 +123,7 @@ export function buildProgram(): Command {
     .option('--output <file>', 'bundle to write (default: vigil-diagnose-<node>-<time>.tar.gz)')
     .option('--config <file>', "the agent's configuration (state dir, host root, listen address; included redacted)")
     .option('--state-dir <dir>', "the agent's state directory (default from config: /var/lib/vigil)")
-    .option('--node-name <name>', "this node's name (default: $NODE_NAME, then the host name)")
+    .option('--node-name <name>', "this node's name (default: the config's nodeName, $NODE_NAME, then the host name)")
     .option('--since <duration>', 'kubelet and containerd journal span (default 2h)')
     .option('--timeout <duration>', 'bound on the whole capture (default 10m)')
     .option('--collector-timeout <duration>', 'bound on each collector (default 30s)')

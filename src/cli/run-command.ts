@@ -108,6 +108,18 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     return 2;
   }
 
+  // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow;
+  // listening to the engine before the monitors start, so a Fatal fault found at start counts.
+  const { createDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
+  diagnostics = await createDiagnostics({
+    config,
+    ...(opts.config ? { configPath: opts.config } : {}),
+    log,
+    registry: agent.registry,
+    engine: agent.engine,
+    nodeName,
+    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
+  });
   let listen: { port: number; address: string };
   try {
     listen = await agent.start();
@@ -121,18 +133,7 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions',
   );
   if (kube) void kube.start(agent.engine);
-  // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow.
-  const { startDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
-  diagnostics = await startDiagnostics({
-    config,
-    ...(opts.config ? { configPath: opts.config } : {}),
-    log,
-    registry: agent.registry,
-    engine: agent.engine,
-    nodeName,
-    listen,
-    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
-  });
+  diagnostics?.start(listen);
   quarantine?.start(agent.engine.health());
 
   await new Promise<void>((resolve) => {

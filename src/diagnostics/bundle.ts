@@ -1,8 +1,10 @@
 /**
  * Diagnostic bundles: the API the CLI (`vigil diagnose`), the NodeDiagnostic watcher and the
  * automatic capture share. A capture runs in a separate child process (collect-child.ts) started
- * under `nice -n 19` and `ionice -c3` (idle I/O class) when those programs exist, so the agent's
- * detection path keeps its latency; collect.ts is what the child runs. The bundle is a .tar.gz:
+ * under `chrt --idle 0` (SCHED_IDLE: a CPU only when nothing else wants one), `nice -n 19` and
+ * `ionice -c3` (idle I/O class) where those programs exist, so the agent's detection path keeps
+ * its latency (on a node whose CPUs are all busy, the capture may then reach its time bound: the
+ * manifest says so); collect.ts is what the child runs. The bundle is a .tar.gz:
  * manifest.json first, then `<category>/<file>` per collector that wrote something.
  */
 import { spawn } from 'node:child_process';
@@ -37,7 +39,7 @@ export interface PriorityInfo {
   nice: number | null;
   /** 'idle' when started under `ionice -c3`; null when ionice is not installed. */
   ioClass: 'idle' | null;
-  /** How: ['nice -n 19', 'ionice -c3'], or ['setpriority(19)'] without the nice program. */
+  /** How: ['chrt --idle 0', 'nice -n 19', 'ionice -c3'], or ['setpriority(19)'] without the nice program. */
   via: string[];
 }
 
@@ -144,6 +146,12 @@ export function captureInChild(opts: CaptureOptions, signal?: AbortSignal): Prom
     const { onCollector, ...sendable } = opts;
     const prefix: string[] = [];
     const via: string[] = [];
+    // SCHED_IDLE: the capture gets a CPU only when nothing else wants it (no privilege needed).
+    const chrt = findProgram('chrt');
+    if (chrt) {
+      prefix.push(chrt, '--idle', '0');
+      via.push('chrt --idle 0');
+    }
     const nice = findProgram('nice');
     if (nice) {
       prefix.push(nice, '-n', '19');

@@ -246,6 +246,8 @@ export interface RunCaptureExtras {
   priority?: PriorityInfo;
   /** Progress, one line per collector (the CLI prints it on stderr). */
   onCollector?: (r: CollectorResult) => void;
+  /** Run these instead of plan()'s (tests: in-process collectors that hang or throw). */
+  collectors?: Collector[];
 }
 
 /** Runs the capture in this process; captureInChild is what callers use. Rejects only when the archive cannot be written or on abort. */
@@ -271,7 +273,7 @@ export async function runCapture(opts: CaptureOptions, signal?: AbortSignal, ext
     let truncatedAny = false;
     let timedOut = false;
     let redactions = 0;
-    for (const c of plan(capture)) {
+    for (const c of extras.collectors ?? plan(capture)) {
       if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('capture aborted');
       const base = { name: c.name, category: c.category, bytes: 0, durationMs: 0, truncated: false };
       const left = deadline - Date.now();

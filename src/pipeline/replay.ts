@@ -16,7 +16,16 @@ import { Engine } from '../engine/engine.ts';
 import { KernelLogClassifier } from '../monitors/kernel-log/classify.ts';
 import type { NpdConfig } from '../monitors/kernel-log/npd.ts';
 import type { UserRule } from '../monitors/kernel-log/user-rules.ts';
-import { fromUserSpace, isKmsgField, lineKind, lineTime, parseLine, type LineTime, type LogFormat, type LogLine } from '../sources/kmsg/parse.ts';
+import {
+  fromUserSpace,
+  isKmsgField,
+  lineKind,
+  lineTime,
+  parseLine,
+  type LineTime,
+  type LogFormat,
+  type LogLine,
+} from '../sources/kmsg/parse.ts';
 import { createPipeline } from './pipeline.ts';
 import { allConditions, declaredConditions, engineSettings, kernelLogClassifierOptions } from './settings.ts';
 

@@ -110,6 +110,7 @@ export class Quarantine implements Sink {
   private readonly timeoutMs: number;
   private readonly random: () => number;
   private seq = 0;
+  private conflicts = 0;
   private readonly m: {
     actions: Counter<'action' | 'result'>;
     heldBackTotal: Counter;
@@ -214,10 +215,12 @@ export class Quarantine implements Sink {
     try {
       next = await this.reconcile();
       this.backoff.reset();
+      this.conflicts = 0;
     } catch (err) {
       const f = toFailure(err);
       // 409: the Node changed between our read and write (the patch carries its resourceVersion): decide again on fresh state.
-      if (f.status === 409) next = 0;
+      // A few at once (Vigil's own status write races the first one), then with backoff.
+      if (f.status === 409) next = ++this.conflicts <= 3 ? 0 : this.backoff.next();
       else {
         this.report(f);
         next = f.retryAfterMs ?? this.backoff.next();

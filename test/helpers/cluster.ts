@@ -16,6 +16,7 @@ import * as k8s from '@kubernetes/client-node';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import { CONDITIONS } from '../../src/catalog/index.ts';
+import { KUBECTL } from '../deploy/tools.ts';
 import { Engine, type ConditionInfo, type EngineSnapshot } from '../../src/engine/engine.ts';
 import { makeClients } from '../../src/sinks/kubernetes/client.ts';
 import { KubernetesSink, type KubernetesSinkOptions } from '../../src/sinks/kubernetes/sink.ts';
@@ -145,9 +146,15 @@ export async function startCluster(): Promise<TestCluster> {
     const docs = YAML.parseAllDocuments(readFileSync(file, 'utf8'))
       .map((d) => d.toJS() as k8s.KubernetesObject | null)
       .filter((d) => d !== null);
-    for (const obj of docs) {
+    for (const raw of docs) {
+      // The client serialises through its models, which drop a CRD's `x-kubernetes-*` keys (CEL
+      // rules, int-or-string): CRDs go through the real kubectl instead.
+      if (raw.kind === 'CustomResourceDefinition') {
+        applyWithKubectl(info.kubeconfig, raw);
+        continue;
+      }
       try {
-        await admin.objects.create(obj);
+        await admin.objects.create(raw);
       } catch (err) {
         if (!(err instanceof k8s.ApiException && err.code === 409)) throw err;
       }
@@ -375,4 +382,13 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
 export async function eventsFor(cluster: TestCluster, node: string): Promise<k8s.EventsV1Event[]> {
   const list = await cluster.admin.events.listNamespacedEvent({ namespace: 'default' });
   return list.items.filter((e) => e.regarding?.kind === 'Node' && e.regarding?.name === node);
+}
+
+/** Server-side apply of one object through the kubectl test/cluster/build.sh builds beside the API server. */
+function applyWithKubectl(kubeconfig: string, obj: k8s.KubernetesObject): void {
+  const r = spawnSync(KUBECTL, ['--kubeconfig', kubeconfig, 'apply', '--server-side', '-f', '-'], {
+    input: JSON.stringify(obj),
+    encoding: 'utf8',
+  });
+  if (r.status !== 0) throw new Error(`kubectl apply ${obj.metadata?.name ?? ''}: ${r.error?.message ?? r.stderr}`);
 }

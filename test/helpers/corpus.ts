@@ -104,7 +104,8 @@ export function judge(e: CorpusEntry): Judged {
   r.push(entryLines(e).join('\n') + '\n');
   r.end();
   const want = e.label === 'none' ? [] : [e.label];
-  const exact = reasons.length === want.length && reasons.every((x, i) => x === want[i]) && (e.entity === undefined || entities[0] === e.entity);
+  const exact =
+    reasons.length === want.length && reasons.every((x, i) => x === want[i]) && (e.entity === undefined || entities[0] === e.entity);
   return { reasons, entities, exact };
 }
 

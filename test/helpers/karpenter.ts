@@ -26,14 +26,9 @@ export const KWOK_STAGES_DIR = path.join(ROOT, '.cache/karpenter/kwok-stages');
 /** A KWOK Stage standing in for the node lifecycle controller (takes node.kubernetes.io/not-ready off Ready Nodes). */
 export const NOT_READY_TAINT_STAGE = path.join(ROOT, 'test/cluster/karpenter/node-not-ready-taint.yaml');
 
-/** The label the kwok provider's Nodes carry; Karpenter's repair only looks at Nodes with it. */
-export const NODECLASS_LABEL = 'karpenter.kwok.sh/kwoknodeclass';
 export const NODEPOOL_LABEL = 'karpenter.sh/nodepool';
 /** The smallest built-in kwok instance type (1 CPU): each NodeClaim is one small Node. */
 export const INSTANCE_TYPE = 'c-1x-amd64-linux';
-
-/** Unscaled AWS tolerations, as the wrapper's policies (test/cluster/karpenter/policies.go). */
-export const AWS_TOLERATION_MS = { AcceleratedHardwareReady: 600_000, other: 1_800_000 } as const;
 
 export interface KarpenterBinaries {
   karpenter: string;
@@ -155,6 +150,8 @@ export async function installKarpenterCrds(cluster: TestCluster): Promise<string
 export interface KarpenterOptions {
   /** VIGIL_REPAIR_TOLERATION_SCALE: multiplies the AWS tolerations (10 min for AcceleratedHardwareReady). */
   tolerationScale: number;
+  /** VIGIL_REPAIR_TOLERATIONS: absolute per-type tolerations after scaling, e.g. "NetworkingReady=30s". */
+  tolerations?: string;
   /** LEGACY_NODE_REPAIR: the node.health controller that deletes NodeClaims directly (planned for deprecation). */
   legacy?: boolean;
   /** Extra environment for karpenter-vigil. */
@@ -188,6 +185,7 @@ export async function startKarpenter(cluster: TestCluster, o: KarpenterOptions):
     HEALTH_PROBE_PORT: String(probePort),
     LOG_LEVEL: 'debug',
     VIGIL_REPAIR_TOLERATION_SCALE: String(o.tolerationScale),
+    VIGIL_REPAIR_TOLERATIONS: o.tolerations ?? '',
     ...o.env,
   });
   // The KWOK controller plays kubelet for the Nodes the kwok provider creates (annotation kwok.x-k8s.io/node=fake),
@@ -263,11 +261,6 @@ export interface KarpenterObjects {
   createNodeClass(name: string): Promise<void>;
   /** A static NodePool (spec.replicas) of 1-CPU kwok nodes; Karpenter keeps `replicas` NodeClaims. */
   createStaticNodePool(name: string, nodeClass: string, replicas: number): Promise<void>;
-  /** A dynamic NodePool: a pending pod (see createPendingPod) makes Karpenter launch a NodeClaim for it. */
-  createNodePool(name: string, nodeClass: string): Promise<void>;
-  /** A pod no scheduler will place, marked PodScheduled=False/Unschedulable as kube-scheduler would. */
-  createPendingPod(name: string, nodePool: string): Promise<void>;
-  setReplicas(nodePool: string, replicas: number): Promise<void>;
 }
 
 export function karpenterObjects(cluster: TestCluster): KarpenterObjects {
@@ -315,47 +308,6 @@ export function karpenterObjects(cluster: TestCluster): KarpenterObjects {
         plural: 'nodepools',
         body: { apiVersion: 'karpenter.sh/v1', kind: 'NodePool', metadata: { name }, spec: { replicas, ...nodePoolSpec(nodeClass) } },
       });
-    },
-    async createNodePool(name, nodeClass) {
-      await custom.createClusterCustomObject({
-        group: 'karpenter.sh',
-        version: 'v1',
-        plural: 'nodepools',
-        body: { apiVersion: 'karpenter.sh/v1', kind: 'NodePool', metadata: { name }, spec: nodePoolSpec(nodeClass) },
-      });
-    },
-    async createPendingPod(name, nodePool) {
-      await cluster.admin.core.createNamespacedPod({
-        namespace: 'default',
-        body: {
-          metadata: { name },
-          spec: {
-            nodeSelector: { [NODEPOOL_LABEL]: nodePool },
-            containers: [{ name: 'work', image: 'work:test', resources: { requests: { cpu: '500m' } } }],
-          },
-        },
-      });
-      const now = new Date();
-      await cluster.admin.core.patchNamespacedPodStatus(
-        {
-          name,
-          namespace: 'default',
-          body: {
-            status: {
-              conditions: [
-                { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: 'no nodes', lastTransitionTime: now },
-              ],
-            },
-          },
-        },
-        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
-      );
-    },
-    async setReplicas(nodePool, replicas) {
-      await custom.patchClusterCustomObject(
-        { group: 'karpenter.sh', version: 'v1', plural: 'nodepools', name: nodePool, body: { spec: { replicas } } },
-        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-      );
     },
   };
 }

@@ -1,6 +1,8 @@
 /**
  * `vigil diagnose` as an operator runs it: the real CLI, the real capture child under nice/ionice,
- * the real /dev/kmsg, /proc, and the host's tools; bundles unpacked with the system's tar.
+ * the real /dev/kmsg, /proc, and the host's tools; bundles unpacked with the system's tar. Hanging
+ * commands come from VIGIL_DIAGNOSE_COMMANDS; in-process collectors that hang are given to
+ * runCapture directly, since only code can make one.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gunzipSync } from 'node:zlib';
 import type { BundleManifest, CollectorResult } from '../../src/diagnostics/bundle.ts';
+import { runCapture } from '../../src/diagnostics/collect.ts';
 import { FakeNvmlEnv } from './nvml-helpers.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -207,6 +210,56 @@ test('a collector that hangs is cut at its timeout with its process group killed
     }
   }
   assert.equal(alive, false, `grandchild ${pid} was killed with the collector's process group`);
+});
+
+test('the capture time bound is honoured: a collector running into it is cut and the rest are skipped, recorded', async () => {
+  const t = token();
+  const script = path.join(tmp, `slow-${t}.sh`);
+  writeFileSync(script, `#!/bin/sh\necho "slow ${t}"\nexec sleep 600\n`, { mode: 0o755 });
+  const out = path.join(tmp, `bound-${t}.tar.gz`);
+  const r = await vigil(['diagnose', '--categories', 'kernel,system', '--timeout', '6s', '--output', out, '--state-dir', tmp], {
+    // The first collector would take 600 s; its own timeout (30 s by default) is beyond the bound.
+    VIGIL_DIAGNOSE_COMMANDS: JSON.stringify({ 'kernel/kmsg': [script] }),
+  });
+  assert.equal(r.code, 0, r.err);
+  const { manifest } = await unpack(out);
+  assert.equal(manifest.timedOut, true);
+  const slow = collector(manifest, 'kernel/kmsg');
+  assert.equal(slow.timedOut, true);
+  assert.ok(slow.durationMs < 6000, `cut at the capture's bound (${slow.durationMs} ms)`);
+  const rest = manifest.collectors.filter((c) => c.name !== 'kernel/kmsg');
+  assert.ok(rest.length > 0);
+  for (const c of rest) assert.match(c.skipped ?? '', /time bound \(6000 ms\) was reached first/, c.name);
+  assert.ok(Date.parse(manifest.endedAt) - Date.parse(manifest.startedAt) < 6000);
+});
+
+test('in-process collectors that never settle are abandoned at their timeout, and one that throws is recorded', async () => {
+  const out = path.join(tmp, `inproc-${token()}.tar.gz`);
+  let aborted = false;
+  const result = await runCapture({ output: out, collectorTimeoutMs: 500, stateDir: tmp }, undefined, {
+    collectors: [
+      {
+        name: 'system/stuck',
+        category: 'system',
+        file: 'system/stuck.txt',
+        // Like an NVML call that never returns: ignores everything, settles never.
+        run: (ctx) => {
+          ctx.signal.addEventListener('abort', () => (aborted = true));
+          return new Promise(() => {});
+        },
+      },
+      { name: 'system/broken', category: 'system', file: 'system/broken.txt', run: () => Promise.reject(new Error('parser exploded')) },
+      { name: 'system/fine', category: 'system', file: 'system/fine.txt', run: () => Promise.resolve({ data: 'all good\n' }) },
+    ],
+  });
+  const { manifest, files } = await unpack(result.path);
+  const stuck = collector(manifest, 'system/stuck');
+  assert.equal(stuck.timedOut, true);
+  assert.match(stuck.error ?? '', /timed out after 500 ms; abandoned/);
+  assert.equal(aborted, true, "the collector's signal was aborted");
+  assert.equal(collector(manifest, 'system/broken').error, 'parser exploded');
+  assert.equal(files.get('system/fine.txt'), 'all good\n'.length);
+  assert.equal(manifest.errors, 2);
 });
 
 test('the total size cap is honoured: later collectors are skipped and the bundle says it was truncated', async () => {

@@ -41,15 +41,34 @@ function polledOnce(agent: AgentProcess): void {
   );
 }
 
+interface Saved {
+  engine?: { problems?: { reason: string }[] };
+  gpu?: { bootId: string; gpus: Record<string, { ecc?: { value: number }; replay?: { value: number }; nvlink?: unknown }> };
+}
+
 /**
- * Stops the agent cleanly. Its SIGTERM handler is installed only after the diagnostics start, a
- * moment after "started" and "mode" are logged (a SIGTERM before then kills it unsaved), and
- * nothing is logged once it is; so wait for the mode line and then a few seconds.
+ * Stops the agent once its state file holds what the test needs (the agent saves after each poll).
+ * Waiting on the file, not on a log line, keeps the test independent of when the agent installs
+ * its SIGTERM handler (a moment after it logs "started").
  */
-async function stopCleanly(agent: AgentProcess): Promise<number | null> {
-  await agent.waitFor((l) => l.event === 'mode', 10_000);
-  await new Promise((r) => setTimeout(r, 4_000));
-  return agent.stop();
+async function stopWhenSaved(agent: AgentProcess, stateDir: string, pred: (s: Saved) => boolean): Promise<Saved> {
+  const end = Date.now() + 30_000;
+  for (;;) {
+    let s: Saved = {};
+    try {
+      s = JSON.parse(readFileSync(path.join(stateDir, 'state.json'), 'utf8')) as Saved;
+    } catch {
+      // not written yet
+    }
+    if (pred(s)) {
+      await agent.waitFor((l) => l.event === 'mode', 10_000);
+      await new Promise((r) => setTimeout(r, 2_000));
+      await agent.stop();
+      return s;
+    }
+    assert.ok(Date.now() < end, `the state file never held what was expected: ${JSON.stringify(s).slice(0, 500)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 const findings = (agent: AgentProcess) => agent.lines.filter((l) => l.event === 'finding').map((l) => l.reason);
@@ -66,19 +85,16 @@ test('after a restart, counters are judged from the persisted baseline: old coun
   const args = ['--standalone', '--state-dir', stateDir, '--config', config];
   const fakeEnv = { FAKE_NVML_CONFIG: env.configPath };
 
+  const uuid = String(env.cfg.gpus[1].uuid);
   const first = await startAgent(args, fakeEnv);
+  let saved: Saved;
   try {
     polledOnce(first);
     assert.deepEqual(findings(first), [], 'lifetime totals raise nothing on a first start');
   } finally {
-    assert.equal(await stopCleanly(first), 0);
+    saved = await stopWhenSaved(first, stateDir, (st) => st.gpu?.gpus[uuid]?.ecc?.value === 5);
   }
-  const saved = JSON.parse(readFileSync(path.join(stateDir, 'state.json'), 'utf8')) as {
-    gpu?: { bootId: string; gpus: Record<string, { ecc?: { value: number }; replay?: { value: number }; nvlink?: unknown }> };
-  };
-  const uuid = String(env.cfg.gpus[1].uuid);
   assert.equal(saved.gpu?.bootId, readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim());
-  assert.equal(saved.gpu?.gpus[uuid]?.ecc?.value, 5);
   assert.equal(saved.gpu?.gpus[uuid]?.replay?.value, 90_000);
   assert.ok(saved.gpu?.gpus[uuid]?.nvlink);
 
@@ -94,7 +110,11 @@ test('after a restart, counters are judged from the persisted baseline: old coun
     const health = (await second.get('/conditions')) as { conditions: { type: string; status: string }[] };
     assert.equal(health.conditions.find((c) => c.type === 'AcceleratedHardwareReady')?.status, 'False');
   } finally {
-    assert.equal(await stopCleanly(second), 0);
+    await stopWhenSaved(
+      second,
+      stateDir,
+      (st) => st.gpu?.gpus[uuid]?.ecc?.value === 6 && !!st.engine?.problems?.some((p) => p.reason === 'NvidiaDoubleBitError'),
+    );
   }
 
   // A third start on the same counts: the DBE is known (untilReboot, restored), nothing new is raised.
@@ -103,6 +123,28 @@ test('after a restart, counters are judged from the persisted baseline: old coun
     polledOnce(third);
     assert.deepEqual(findings(third), []);
   } finally {
-    assert.equal(await stopCleanly(third), 0);
+    await third.stop();
   }
+});
+
+test('an agent whose NVML init fails after a driver upgrade reports AcceleratedHardwareReady Unknown naming the cause, never False', async (t) => {
+  const env = new FakeNvmlEnv(2);
+  env.cfg.rc = { nvmlInit_v2: 18 }; // LIB_RM_VERSION_MISMATCH: the library is newer than the loaded module
+  env.write();
+  const stateDir = path.join(env.dir, 'state');
+  mkdirSync(stateDir);
+  const agent = await startAgent(['--standalone', '--state-dir', stateDir, '--config', writeConfig(env)], {
+    FAKE_NVML_CONFIG: env.configPath,
+  });
+  t.after(async () => {
+    await agent.stop();
+    env.cleanup();
+  });
+  const health = (await agent.get('/conditions')) as { conditions: { type: string; status: string; reason: string; message: string }[] };
+  const accel = health.conditions.find((c) => c.type === 'AcceleratedHardwareReady');
+  assert.equal(accel?.status, 'Unknown');
+  assert.equal(accel?.reason, 'NvidiaMonitoringUnavailable');
+  assert.match(accel?.message ?? '', /LIB_RM_VERSION_MISMATCH/);
+  assert.equal((await agent.fetch('/healthz')).status, 503);
+  assert.deepEqual(findings(agent), []);
 });

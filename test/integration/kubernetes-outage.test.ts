@@ -103,7 +103,7 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
   }
   assert.deepEqual(n.get('Ready'), ready0, 'kubelet Ready untouched');
 
-  // Events: one per distinct warning, one per transition, the rest counted as rate-limited.
+  // Events: one per distinct warning or Fatal finding, one per transition, the rest counted as rate-limited.
   v.sink.events.flush();
   const events = await waitFor(
     'all Events written',
@@ -119,14 +119,14 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
   for (const e of events) byReason.set(e.reason!, (byReason.get(e.reason!) ?? 0) + 1);
   assert.deepEqual(Object.fromEntries([...byReason].sort()), {
     AppCrash: 1,
-    InterfaceNotUp: 1, // NetworkingReady went False...
+    InterfaceNotUp: 2, // the finding, and NetworkingReady going False...
     KernelBug: 1,
     NetworkingIsReady: 1, // ...and True again, both told even though the Node never showed False
     NvidiaPCIeError: 6,
-    NvidiaXID79Error: 1,
+    NvidiaXID79Error: 2, // the finding and the transition
     OOMKilling: 1,
     SoftLockup: 1,
-    XFSShutdown: 1,
+    XFSShutdown: 2,
   });
   assert.equal(events.find((e) => e.reason === 'NetworkingIsReady')!.type, 'Normal');
   assert.equal(await v.metric('vigil_k8s_events_dropped_total', { why: 'rate_limited' }), 4, '10 NvidiaPCIeError, 6 per minute allowed');

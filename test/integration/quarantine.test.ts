@@ -12,6 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, HealthySignal } from '../../src/api/types.ts';
+import { parseConfig } from '../../src/config/load.ts';
 import { makeClients } from '../../src/sinks/kubernetes/client.ts';
 import {
   CORDONED_BY_VIGIL_ANNOTATION,
@@ -140,6 +141,22 @@ test('the guard allows share × nodes rounded up, without float noise: 20 of 100
   assert.equal(allowedQuarantined(0.2, 5000), 1000);
   assert.equal(allowedQuarantined(0, 100), 0);
   assert.equal(allowedQuarantined(1, 7), 7);
+});
+
+test('the quarantine section is off by default and a bad share or unknown key is refused with the field named', () => {
+  assert.deepEqual(parseConfig('').quarantine, {
+    enabled: false,
+    dryRun: false,
+    maxQuarantinedShare: 0.2,
+    jitter: 10_000,
+    recheck: 60_000,
+  });
+  assert.throws(
+    () => parseConfig('quarantine: {enabled: true, maxQuarantinedShare: 1.5, taintKey: x}', 'f.yaml'),
+    (err: Error) =>
+      /quarantine\.maxQuarantinedShare: a share from 0 to 1/.test(err.message) &&
+      /quarantine: Unrecognized key: "taintKey"/.test(err.message),
+  );
 });
 
 test('a Fatal condition cordons the node and taints it vigil.dev/unhealthy=<condition>; recovery lifts both and keeps other taints', async () => {

@@ -16,7 +16,7 @@ import * as k8s from '@kubernetes/client-node';
 import { CONDITION_TYPES } from '../../src/api/types.ts';
 import { parseConfig } from '../../src/config/load.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
-import { ensureTools, helmTemplate, type Manifest } from '../deploy/tools.ts';
+import { KUBECTL, ensureTools, helmTemplate, ok, run, type Manifest } from '../deploy/tools.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const EXAMPLES = path.join(ROOT, 'deploy/examples');
@@ -35,8 +35,12 @@ before(async () => {
   ensureTools();
   cluster = await startCluster();
   crds = cluster.admin.kc.makeApiClient(k8s.ApiextensionsV1Api);
-  for (const f of readdirSync(KARPENTER_CRDS).filter((n) => n.endsWith('.yaml'))) await cluster.apply(path.join(KARPENTER_CRDS, f));
-  await cluster.apply(NHC_CRD);
+  // kubectl, not cluster.apply(): @kubernetes/client-node's object API drops a CRD's x-kubernetes-*
+  // fields (its CEL validations, int-or-string markers) on the way in.
+  const kubectl = (args: string[]) => ok(run(KUBECTL, ['--kubeconfig', cluster.adminKubeconfig, ...args]), `kubectl ${args.join(' ')}`);
+  for (const f of readdirSync(KARPENTER_CRDS).filter((n) => n.endsWith('.yaml')))
+    kubectl(['apply', '--server-side', '-f', path.join(KARPENTER_CRDS, f)]);
+  kubectl(['apply', '--server-side', '-f', NHC_CRD]);
   for (const name of ['nodepools.karpenter.sh', 'nodehealthchecks.remediation.medik8s.io']) {
     await waitFor(
       `CRD ${name} Established`,
@@ -63,11 +67,17 @@ function load(file: string): Manifest {
 /** Creates an object with the admin client: its HTTP status and, on 201, the stored object. */
 async function create(obj: Manifest): Promise<{ status: number; stored?: Manifest; message?: string }> {
   try {
-    const stored = (await cluster.admin.objects.create(obj as k8s.KubernetesObject)) as unknown as Manifest;
+    const stored = await cluster.admin.objects.create(obj);
     return { status: 201, stored };
   } catch (err) {
-    if (err instanceof k8s.ApiException) return { status: err.code, message: String(err.body) };
-    throw err;
+    if (!(err instanceof k8s.ApiException)) throw err;
+    let message = String(err.body);
+    try {
+      message = (JSON.parse(message) as { message: string }).message;
+    } catch {
+      /* not a Status */
+    }
+    return { status: err.code, message };
   }
 }
 
@@ -93,6 +103,15 @@ test("the Karpenter NodePool example is accepted by Karpenter v1.15.0's NodePool
   const refused = await create(bad);
   assert.equal(refused.status, 422);
   assert.match(refused.message ?? '', /Unsupported value: "Repair"/);
+
+  // ...and its CEL rules are in force (kubectl kept the CRD's x-kubernetes-validations): a budget
+  // with a schedule needs a duration.
+  const unscheduled = structuredClone(pool);
+  unscheduled.metadata.name = 'gpu-bad-budget';
+  (unscheduled.spec as NodePoolSpec).disruption.budgets = [{ nodes: '1', schedule: '@daily' } as { nodes: string }];
+  const cel = await create(unscheduled);
+  assert.equal(cel.status, 422);
+  assert.match(cel.message ?? '', /'schedule' must be set with 'duration'/);
 });
 
 interface NhcSpec {

@@ -8,8 +8,9 @@ import { readFileSync } from 'node:fs';
 import { lookupReason } from '../../src/catalog/index.ts';
 import { DEFAULT_FATAL_XIDS } from '../../src/config/xid.ts';
 import { parseConfig } from '../../src/config/load.ts';
+import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
 import { LogReplay } from '../../src/pipeline/index.ts';
-import { lineKind } from '../../src/sources/kmsg/parse.ts';
+import { lineKind, lineTime, parseLine } from '../../src/sources/kmsg/parse.ts';
 import { paths } from '../../scripts/gen-catalog.ts';
 import { entryLines, family, FORMATS, judge, loadCorpus } from '../helpers/corpus.ts';
 
@@ -20,7 +21,10 @@ test('every corpus line raises exactly its label (reason and entity) through the
   const wrong: string[] = [];
   for (const e of corpus) {
     const j = judge(e);
-    if (!j.exact) wrong.push(`${where(e)}\n    want ${e.label}${e.entity !== undefined ? ` on "${e.entity}"` : ''}, got [${j.reasons.join(', ')}] on [${j.entities.join(', ')}]`);
+    if (!j.exact)
+      wrong.push(
+        `${where(e)}\n    want ${e.label}${e.entity !== undefined ? ` on "${e.entity}"` : ''}, got [${j.reasons.join(', ')}] on [${j.entities.join(', ')}]`,
+      );
   }
   assert.deepEqual(wrong, [], `${wrong.length} of ${corpus.length} lines differ from their label:\n${wrong.join('\n')}`);
 });
@@ -38,7 +42,10 @@ test('the corpus holds at least 400 lines, a quarter of them benign near-misses,
   assert.ok(benign * 4 >= corpus.length, `${benign} benign of ${corpus.length}`);
   for (const e of corpus) {
     assert.ok(e.format in FORMATS, `${where(e)}: unknown format ${e.format}`);
-    assert.ok(/^https?:\/\/|\S+\/\S+ \S|LKML|Vigil reference/.test(e.source), `${where(e)}: source ${e.source} names no URL or repository and path`);
+    assert.ok(
+      /^https?:\/\/|\S+\/\S+ \S|LKML|Vigil reference/.test(e.source),
+      `${where(e)}: source ${e.source} names no URL or repository and path`,
+    );
   }
 });
 
@@ -103,4 +110,52 @@ test('docs/reasons.md states the Xid policy with the fatal list the configuratio
   const listed = /default ([\d, ]+):/.exec(line)?.[1].split(', ').map(Number);
   assert.deepEqual(listed, [...DEFAULT_FATAL_XIDS]);
   for (const family of ['NVSwitch SXid', 'PCIe AER', 'Machine checks', 'Out of memory']) assert.ok(md.includes(`- **${family}.**`), family);
+});
+
+test('the console and journal formats carry their time and their source into the replay', () => {
+  const wall = (iso: string) => ({ kind: 'wall', ms: Date.parse(iso) });
+  assert.deepEqual(lineTime('kern  :err   : 2025-01-25T10:34:54,859532+00:00 x', 'dmesg'), wall('2025-01-25T10:34:54.859Z'));
+  assert.deepEqual(lineTime('192.168.11.119: kern: err: [2026-04-22T21:25:20.466440686Z]: x', 'dmesg'), wall('2026-04-22T21:25:20.466Z'));
+  assert.deepEqual(lineTime('Fri 2024-08-30 11:43:09 UTC host kernel: x', 'syslog'), wall('2024-08-30T11:43:09Z'));
+  assert.deepEqual(lineTime('2023-09-08T17:20:30+0200 tarta fan[1]: y', 'syslog'), wall('2023-09-08T17:20:30+02:00'));
+  assert.deepEqual(lineTime('<4>1 2024-08-30T11:43:09.123Z host kernel - - - x', 'syslog'), wall('2024-08-30T11:43:09.123Z'));
+  assert.deepEqual(lineTime('Apr 15 13:58:08.549417 raspberrypi kernel: x', 'syslog'), {
+    kind: 'yearless',
+    ms: Date.UTC(2000, 3, 15, 13, 58, 8),
+  });
+  // A localised or relative dmesg time says nothing the clock can use; the line is still read.
+  assert.equal(lineTime('[Di Okt  7 13:03:30 2025] x', 'dmesg'), undefined);
+  assert.equal(lineTime('[  +0.000004] x', 'dmesg'), undefined);
+  assert.deepEqual(parseLine('[Di Okt  7 13:03:30 2025] kernel BUG at fs/netfs/read_collect.c:316!', 'dmesg'), {
+    message: 'kernel BUG at fs/netfs/read_collect.c:316!',
+  });
+  assert.deepEqual(parseLine('Sep 16 19:51:15 kernel: [    0.043437] mce: CPU supports 7 MCE banks', 'syslog'), {
+    message: 'mce: CPU supports 7 MCE banks',
+    ident: 'kernel',
+  });
+  assert.deepEqual(parseLine('<4>1 2024-08-30T11:43:09.123Z host kernel - - - x', 'syslog'), {
+    message: 'x',
+    ident: 'kernel',
+    level: 4,
+    facility: 'kern',
+  });
+  assert.deepEqual(parseLine('192.168.11.119: user: warning: [2026-04-22T21:25:20Z]: [talos] service started', 'dmesg'), {
+    message: '[talos] service started',
+    level: 4,
+    facility: 'user',
+  });
+});
+
+test('an Xid whose PCI address is redacted is still that Xid, on no GPU; a MIG Xid names its GPU and instances', () => {
+  const c = new KernelLogClassifier();
+  // The redacted shape public runbooks quote ("PCI:xxxx", "pid=xxx").
+  const [redacted] = c.classify({ message: 'NVRM: Xid (PCI:xxxx): 79, pid=xxx, GPU has fallen off the bus' }, 1);
+  assert.equal(redacted.reason, 'NvidiaXID79Error');
+  assert.equal(redacted.entity, '');
+  // The driver's MIG shape (open-gpu-kernel-modules kernel_rc.c): "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u".
+  const [mig] = c.classify({ message: 'NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics Exception' }, 2);
+  assert.equal(mig.reason, 'NvidiaXID13Warning');
+  assert.equal(mig.entity, 'gpu:0000:3b:00');
+  assert.equal(mig.attrs?.gpuInstance, 1);
+  assert.equal(mig.attrs?.computeInstance, 2);
 });

@@ -56,7 +56,10 @@ test('user rules: parse, compile and classify with templates, thresholds and cat
 
   // The built-in NVMe rule raises this line too (on blockdev:nvme0); the user rule's finding is its own.
   const nvme = c.classify({ message: 'nvme nvme0: I/O 123 QID 4 timeout, aborting' }, T0);
-  assert.deepEqual(nvme.map((x) => x.entity), ['blockdev:nvme0', '']);
+  assert.deepEqual(
+    nvme.map((x) => x.entity),
+    ['blockdev:nvme0', ''],
+  );
   const h = nvme.find((x) => x.attrs?.rule === 'rule-2')!;
   assert.equal(h.reason, 'BlockDeviceIOError');
   assert.equal(h.entity, '');

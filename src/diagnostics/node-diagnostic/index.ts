@@ -1,6 +1,8 @@
 /**
- * Starts diagnostics beside a running agent: the NodeDiagnostic watch (with Kubernetes) and the
- * automatic capture on Fatal findings (when configured). Returns undefined when neither is on.
+ * Diagnostics beside the agent: the NodeDiagnostic watch (with Kubernetes) and the automatic
+ * capture on Fatal findings (when configured). Made before the agent starts, so a Fatal fault
+ * found at start (the kernel log's lookback) is not missed; start() once the agent serves.
+ * Returns undefined when neither is on.
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -11,20 +13,18 @@ import { DiagnosticsController } from './controller.ts';
 
 export { DiagnosticsController };
 
-export interface StartDiagnosticsOptions {
+export interface DiagnosticsOptions {
   config: VigilConfig;
   configPath?: string;
   log: Logger;
   registry: Registry;
   engine: Engine;
   nodeName: string;
-  /** Where the agent serves (bundles kept on the node are fetched there through the node proxy). */
-  listen: { address: string; port: number };
   /** Set when the Kubernetes sink is on. */
   kube?: { kubeconfig?: string; events?: EventRecorder };
 }
 
-export async function startDiagnostics(o: StartDiagnosticsOptions): Promise<DiagnosticsController | undefined> {
+export async function createDiagnostics(o: DiagnosticsOptions): Promise<DiagnosticsController | undefined> {
   const d = o.config.diagnostics;
   const requests = Boolean(o.kube) && d.requests.enabled;
   if (!requests && !d.autoCapture.enabled) return undefined;
@@ -41,6 +41,5 @@ export async function startDiagnostics(o: StartDiagnosticsOptions): Promise<Diag
     ...(o.kube?.events ? { events: o.kube.events } : {}),
   });
   o.engine.on((event) => controller.handle(event));
-  controller.start(o.listen);
   return controller;
 }

@@ -77,10 +77,10 @@ export function trieRegExp(words: readonly string[], flags = ''): RegExp {
     let n = root;
     for (const ch of w) {
       let next = n.get(ch);
-      if (!next) n.set(ch, (next = new Map()));
+      if (!next) n.set(ch, (next = new Map<string, Node>()));
       n = next;
     }
-    n.set(END, new Map());
+    n.set(END, new Map<string, Node>());
   }
   const render = (n: Node): string => {
     if (n.has(END)) return ''; // a shorter word ends here: any longer one holds it
@@ -147,8 +147,11 @@ export class KernelLogClassifier {
     // The rules whose words occur in the line; nearly every line has none and stops here.
     let mask = 0;
     this.prefilter.lastIndex = 0;
-    for (let m = this.prefilter.exec(msg); m; m = this.prefilter.exec(msg)) mask |= this.wordRules.get(m[0]) ?? 0;
-    if (mask !== 0 || msg.includes('NVRM')) {
+    for (let m = this.prefilter.exec(msg); m; m = this.prefilter.exec(msg)) {
+      mask |= this.wordRules.get(m[0]) ?? 0;
+      this.prefilter.lastIndex = m.index + 1; // words may overlap
+    }
+    if (mask !== 0) {
       const hit = this.builtin(msg, at, mask);
       if (hit) out.push(this.toFinding(hit, msg, at));
     }

@@ -1,9 +1,9 @@
 /**
  * Built-in kernel-log rules: pure functions from one kernel message to at most one hit.
  *
- * Cost model: nearly every kernel line is benign, so each rule names cheap `keywords`; the
- * classifier first runs one combined keyword test over the line and only runs a rule's regex
- * when one of its keywords is present. Rules are tried in order and the first hit wins, which is
+ * Cost model: nearly every kernel line is benign, so each rule names cheap `keywords` (and, where
+ * a shorter word every matching line holds will do, `prefilter` words); the classifier runs one
+ * combined search for all of them over the line and only tries the rules whose words it found. Rules are tried in order and the first hit wins, which is
  * how a libnccl segfault becomes NvidiaNCCLError and not also AppCrash, and how "BUG: soft
  * lockup" becomes SoftLockup and not KernelBug.
  */
@@ -140,7 +140,8 @@ const GSP_GPU = /NVRM: GPU(\d+) /;
 // R515-R535 "Timeout waiting for RPC from GSP[N]!", R535+ "_kgspLogXid119" / "_kgspLogRpcTimeout"
 // banners, "_issueRpcAndWait: rpcRecvPoll timedout", and the heartbeat checks ("Heartbeat timed out",
 // R590+ "_kgspRpcRecvPoll: GSP RM heartbeat timed out" / "LibOS heartbeat timed out").
-const GSP_TIMEOUT = /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout/;
+const GSP_TIMEOUT =
+  /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout/;
 const gspTimeout: KernelRule = {
   name: 'nvidia-gsp-timeout',
   keywords: ['_kgspLog', 'eartbeat timed out', 'Timeout waiting for RPC from GSP', 'pcRecvPoll timedout'],
@@ -240,7 +241,7 @@ const hardLockup: KernelRule = {
 const HUNG_TASK = /\btask (.+):(\d+) blocked for more than (\d+)(?: seconds|s)\b/;
 const appBlocked: KernelRule = {
   name: 'hung-task',
-  keywords: [' blocked for more than '],
+  keywords: ['blocked for more than'],
   match(msg) {
     const m = HUNG_TASK.exec(msg);
     if (!m) return null;
@@ -296,7 +297,8 @@ const OOM =
 const OOM_SUMMARY = /oom-kill:constraint=([A-Z_]+),.*?\btask=([^,]*),pid=(\d+)/;
 const oomKill: KernelRule = {
   name: 'oom-kill',
-  keywords: ['ill process', 'oom-kill:'],
+  keywords: ['Killed process', 'Kill process', 'oom-kill:'],
+  prefilter: ['Kill', 'oom-kill:'],
   match(msg) {
     const s = OOM_SUMMARY.exec(msg);
     if (s) {
@@ -331,7 +333,8 @@ const MCE_UNCORRECTED =
 const MCE_CORRECTED = /Machine check events logged|CMCI storm detected|EDAC MC\d+: \d+ CE /;
 const machineCheck: KernelRule = {
   name: 'machine-check',
-  keywords: ['achine Check', 'achine check', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic'],
+  keywords: ['Machine Check', 'Machine check', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic'],
+  prefilter: ['Machine', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic'],
   match(msg) {
     const b = MCE_BANK.exec(msg);
     let uncorrected: boolean;
@@ -451,6 +454,7 @@ const BUFFER_IO = /Buffer I\/O error on dev(?:ice)? ([^,\s]+), logical block (\d
 const blockIo: KernelRule = {
   name: 'block-io-error',
   keywords: ['error, dev ', 'Buffer I/O error'],
+  prefilter: ['error, dev ', 'I/O '],
   match(msg, env) {
     const m = BLK_ERR.exec(msg);
     const b = m ? null : BUFFER_IO.exec(msg);
@@ -481,12 +485,15 @@ const nvme: KernelRule = {
   },
 };
 
-// SCSI: the failed command's head line and command timeouts. Sense and CDB detail lines below the head
-// line raise nothing more.
-const SCSI = /sd \d+:\d+:\d+:\d+: (?:\[(\w+)\] )?(?:tag#\d+ )?(?:FAILED Result: |timing out command|rejecting I\/O to offline device)/;
+// SCSI: the failed command's head line ("FAILED Result: hostbyte=...", 5.x+ also "UNKNOWN(0x2003)
+// Result: hostbyte=0x00 driverbyte=0x08") and command timeouts. Sense and CDB detail lines below the
+// head line raise nothing more.
+const SCSI =
+  /sd \d+:\d+:\d+:\d+: (?:\[(\w+)\] )?(?:tag#\d+ )?(?:(?:FAILED|UNKNOWN\(0x[0-9a-fA-F]+\)) Result: hostbyte|timing out command|rejecting I\/O to offline device)/;
 const scsi: KernelRule = {
   name: 'scsi-error',
-  keywords: ['FAILED Result', 'timing out command', 'rejecting I/O'],
+  keywords: ['Result: hostbyte', 'timing out command', 'I/O to offline'],
+  prefilter: ['Result: hostbyte', 'timing out command', 'I/O '],
   match(msg, env) {
     const m = SCSI.exec(msg);
     if (!m) return null;
@@ -508,10 +515,12 @@ const EXT4_ERR =
   /EXT4-fs error(?: \(device ([^)]+)\))?|EXT4-fs \(([^)]+)\): (?:I\/O error while writing superblock|error count(?: since last fsck)?: \d|warning: mounting fs with errors)/;
 const ext4: KernelRule = {
   name: 'ext4-error',
-  keywords: ['EXT4-fs'],
+  keywords: ['EXT4-fs error', 'I/O error', 'error count', 'fs with errors'],
+  prefilter: ['EXT4-fs'],
   match(msg) {
     const m = EXT4_ERR.exec(msg);
-    if (!m) return null;
+    // "EXT4-fs error: 1267 callbacks suppressed" is the rate limiter: the errors it stands for raised.
+    if (!m || msg.includes('callbacks suppressed')) return null;
     const dev = m[1] ?? m[2];
     return {
       reason: 'Ext4Error',
@@ -525,7 +534,8 @@ const ext4: KernelRule = {
 const XFS_DOWN = /XFS \(([^)]+)\): .*(?:Shutting down filesystem|xfs_do_force_shutdown|[Ff]ilesystem has been shut down)/;
 const xfs: KernelRule = {
   name: 'xfs-shutdown',
-  keywords: ['XFS', 'xfs_do_force_shutdown'],
+  keywords: ['Shutting down filesystem', 'xfs_do_force_shutdown', 'has been shut down'],
+  prefilter: ['XFS', 'xfs_do_force_shutdown'],
   match(msg) {
     const m = XFS_DOWN.exec(msg);
     if (!m && !msg.includes('xfs_do_force_shutdown')) return null;
@@ -544,7 +554,8 @@ const XFS_ERR =
   /XFS \(([^)]+)\): (?:Metadata corruption detected|Metadata CRC error detected|Corruption detected|Corruption of in-memory data detected|metadata I\/O error|Internal error|log I\/O error)/;
 const xfsError: KernelRule = {
   name: 'xfs-error',
-  keywords: ['XFS'],
+  keywords: ['orruption', 'I/O error', 'Internal error', 'CRC error'],
+  prefilter: ['XFS'],
   match(msg) {
     const m = XFS_ERR.exec(msg);
     if (!m) return null;

@@ -127,10 +127,14 @@ const CTIME_EN = /^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)
 const CLASSIC_TIME = '[A-Z][a-z]{2} [ \\d]?\\d \\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})?';
 const ISO_TIME = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})?(?:Z|[+-]\\d\\d:?\\d\\d)';
 const FULL_TIME = '[A-Z][a-z]{2} \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d(?:\\.\\d{1,9})? [A-Za-z][A-Za-z0-9+-]{1,5}';
-const SYSLOG = new RegExp(`^(?:<(\\d{1,3})>)?(${CLASSIC_TIME}|${ISO_TIME}|${FULL_TIME}) (?:([^\\s:]+) )?([^\\s:[]+)(?:\\[\\d+\\])?:(?: |$)`);
+const SYSLOG = new RegExp(
+  `^(?:<(\\d{1,3})>)?(${CLASSIC_TIME}|${ISO_TIME}|${FULL_TIME}) (?:([^\\s:]+) )?([^\\s:[]+)(?:\\[\\d+\\])?:(?: |$)`,
+);
 // RFC 5424: "<4>1 2024-08-30T11:43:09.123Z host kernel - - - msg" (or structured data for the last "-"),
 // and the same without "<PRI>1 " as sysklogd writes it to files.
-const RFC5424 = new RegExp(`^(?:<(\\d{1,3})>1 )?(${ISO_TIME}|-) (\\S+) (\\S+) (\\S+) (\\S+) (?:-|(?:\\[(?:[^\\]"]|"(?:[^"\\\\]|\\\\.)*")*\\])+)(?: \\uFEFF?|$)`);
+const RFC5424 = new RegExp(
+  `^(?:<(\\d{1,3})>1 )?(${ISO_TIME}|-) (\\S+) (\\S+) (\\S+) (\\S+) (?:-|(?:\\[(?:[^\\]"]|"(?:[^"\\\\]|\\\\.)*")*\\])+)(?: \\uFEFF?|$)`,
+);
 const KMSG_HEAD = /^\d{1,3},\d{1,20},\d{1,20},[^;]{0,64};/;
 // The kernel timestamp syslog daemons leave after "kernel: ".
 const KTIME = /^\[\s*\d+\.\d+\] ?/;

@@ -74,6 +74,14 @@ const READ_BUFFER = 16 * 1024;
  * record) instead of waiting on classification and overrunning the ring.
  */
 const READ_AHEAD = 8192;
+/**
+ * And at most this many bytes of them (about 4 MiB): records can be 8 KiB each, so the count
+ * alone would let a storm of long lines hold 64 MiB. At the bound reading pauses until
+ * classification catches up; what the kernel overwrites meanwhile is counted as lost.
+ */
+const READ_AHEAD_BYTES = 4 << 20;
+/** Accounted per record beyond its text: the parsed object, its fields and the array slot. */
+const RECORD_OVERHEAD_BYTES = 160;
 const DEFAULT_LOOKBACK_MS = 5 * 60_000;
 /** Wait after a read error other than EAGAIN/EPIPE before trying again. */
 const ERROR_BACKOFF_MS = 1000;
@@ -101,6 +109,11 @@ export class KmsgReader {
   /** Times the waiter woke the reader (a quiet log should leave this still). */
   wakeups = 0;
 
+  /** Bytes of records read but not yet delivered (bounded by READ_AHEAD_BYTES plus one record). */
+  get readAheadBytes(): number {
+    return this.backlogBytes;
+  }
+
   private readonly io: KmsgIo;
   private readonly buf = Buffer.alloc(READ_BUFFER);
   private readonly batchSize: number;
@@ -120,6 +133,7 @@ export class KmsgReader {
   private draining = false;
   /** Read ahead of delivery, oldest first. */
   private backlog: KmsgRecord[] = [];
+  private backlogBytes = 0;
   private immediate: NodeJS.Immediate | undefined;
   private retry: NodeJS.Timeout | undefined;
 
@@ -169,6 +183,7 @@ export class KmsgReader {
     // Records read ahead before a stop were never delivered: read them again.
     this.lastSeq = this.cursor().seq;
     this.backlog = [];
+    this.backlogBytes = 0;
     this.running = true;
     this.waiter = this.makeWaiter();
     this.drain();
@@ -237,7 +252,7 @@ export class KmsgReader {
     let failed = false;
     try {
       // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
-      for (let i = 0; i < READ_AHEAD * 2 && backlog.length < READ_AHEAD; i++) {
+      for (let i = 0; i < READ_AHEAD * 2 && backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
         let n: number;
         try {
           n = this.io.read(this.fd, this.buf);
@@ -268,7 +283,11 @@ export class KmsgReader {
     } finally {
       this.draining = false;
     }
-    if (backlog.length) this.deliver(backlog.splice(0, this.batchSize));
+    if (backlog.length) {
+      const batch = backlog.splice(0, this.batchSize);
+      for (const rec of batch) this.backlogBytes -= recordBytes(rec);
+      this.deliver(batch);
+    }
     if (!this.running) return;
     if (more || (this.backlog.length && !failed)) this.immediate = setImmediate(() => this.drain());
     // A device that keeps failing also keeps polling readable: back off instead of spinning.
@@ -297,6 +316,7 @@ export class KmsgReader {
     // drained is new and must not be skipped.
     if (this.initial && rec.tsUsec < this.minTsUsec) return;
     if (rec.truncated) this.truncated++;
+    this.backlogBytes += recordBytes(rec);
     batch.push(rec);
   }
 
@@ -317,6 +337,11 @@ export class KmsgReader {
       this.opts.onError?.(toError(err));
     }
   }
+}
+
+/** What a record read ahead holds in memory, about: two bytes a character plus the object. */
+function recordBytes(rec: KmsgRecord): number {
+  return 2 * rec.message.length + RECORD_OVERHEAD_BYTES;
 }
 
 /** Counters on the given registry; reused if another reader registered them first. */

@@ -49,8 +49,8 @@ export interface HangReport {
   afterMs: number;
 }
 
-function spawnWorker(init: WorkerInit): Worker {
-  const self = import.meta.url;
+/** Starts worker.ts (or .js when built) beside `self`: the NVML worker by default, DCGM's from sources/dcgm. */
+export function spawnWorker(init: WorkerInit | object, self: string = import.meta.url): Worker {
   if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self), { workerData: init });
   // Running from TypeScript sources (tsx): the worker needs tsx registered before it imports
   // worker.ts, whether or not the parent was started with --import tsx.
@@ -73,7 +73,7 @@ export function reviveError(e: SerializedError): Error {
  * Watches one worker's control array. A call counts as stuck once the same call (same SEQ) has
  * been in progress for longer than its budget.
  */
-class CallWatch {
+export class CallWatch {
   private seq = -1;
   private since = 0;
   private readonly timer: NodeJS.Timeout;
@@ -83,6 +83,8 @@ class CallWatch {
     private readonly budgetMs: (fn: string) => number,
     private readonly onHang: (h: HangReport) => void,
     watchdogMs: number,
+    /** Names of the calls by CTL_FN index (DCGM's worker passes its own). */
+    private readonly names: readonly string[] = NVML_FUNCTION_NAMES,
   ) {
     this.timer = setInterval(() => this.check(), Math.max(10, Math.min(250, watchdogMs / 4)));
     this.timer.unref();
@@ -100,7 +102,7 @@ class CallWatch {
       this.since = now;
       return;
     }
-    const fn = NVML_FUNCTION_NAMES[Atomics.load(this.ctl, CTL_FN)] ?? 'unknown';
+    const fn = this.names[Atomics.load(this.ctl, CTL_FN)] ?? 'unknown';
     if (now - this.since < this.budgetMs(fn)) return;
     const gpu = Atomics.load(this.ctl, CTL_GPU);
     this.stop();
@@ -116,7 +118,7 @@ class CallWatch {
 const leftBehind = new Set<Worker>();
 
 /** Lets go of a worker that may be stuck in native code: it dies when its call returns. */
-function abandon(w: Worker, stuck: Set<Worker> | null): void {
+export function abandon(w: Worker, stuck: Set<Worker> | null): void {
   if (w.threadId === -1) return; // already exited
   leftBehind.add(w);
   w.once('exit', () => leftBehind.delete(w));

@@ -20,8 +20,9 @@ type vigilCloudProvider struct {
 func (c *vigilCloudProvider) RepairPolicies() []cloudprovider.RepairPolicy { return c.policies }
 
 // Condition types and tolerations of Karpenter's AWS provider (aws/karpenter-provider-aws,
-// pkg/cloudprovider/cloudprovider.go): the EKS node monitoring agent's types, which Vigil writes with
-// status False when faulty. Ready is the kubelet's.
+// pkg/cloudprovider/cloudprovider.go, v1.2 through v1.14): the EKS node monitoring agent's types, which Vigil
+// writes with status False when faulty. Ready is the kubelet's. Matching is by type and status only; the
+// reason-specific defaults announced for the AWS provider's v1.15 are not reproduced.
 const (
 	acceleratedHardwareReady corev1.NodeConditionType = "AcceleratedHardwareReady"
 	kernelReady              corev1.NodeConditionType = "KernelReady"
