@@ -21,8 +21,9 @@
  *   within one minute. incident_condition_p50/p99/max_ms: from each node's finding to the Node
  *   event, seen by a watch on all Nodes, that shows its AcceleratedHardwareReady=False;
  *   incident_api_requests_per_s: the API server's request count over the incident (first finding
- *   to the last Node showing it) divided by its length; incident_429s: responses with code 429
- *   the API server counted during the whole run plus those Vigil's clients counted.
+ *   to the last Node showing it) divided by its length; incident_429s: responses with code 429 the
+ *   API server counted during the incident (incident_429s_seen_by_vigil: those Vigil's clients
+ *   got; startup_429s: those of the start, every node reading and writing its Node at once).
  * - npd_steady_api_requests_per_s_5000: what node-problem-detector's defaults cost at 5,000 nodes:
  *   one status PATCH per node per heartbeat period (--k8s-exporter-heartbeat-period, 5 min; its
  *   1 s sync loop writes only on change), from its source (see docs/benchmarks.md), not measured.
@@ -125,7 +126,8 @@ export async function benchFleet(): Promise<Record<string, number>> {
     await Promise.all(vigils.map((v) => v.started));
     // Every node has written its initial conditions.
     while (!vigils.every((v) => v.sink.conditions.synced)) await sleep(500);
-    process.stderr.write(`  ${NODES} Vigils started and written in ${((Date.now() - t1) / 1000).toFixed(1)} s\n`);
+    const startupSeconds = (Date.now() - t1) / 1000;
+    process.stderr.write(`  ${NODES} Vigils started and written in ${startupSeconds.toFixed(1)} s\n`);
 
     // Steady state: one heartbeat period, the beats spread over it.
     const s0 = await requestCounts(cluster);
@@ -160,6 +162,15 @@ export async function benchFleet(): Promise<Record<string, number>> {
       },
       () => {},
     );
+    const client429s = async () => {
+      let n = 0;
+      for (const v of vigils) {
+        n += await v.metric('vigil_k8s_condition_writes_total', { result: '429' });
+        n += await v.metric('vigil_k8s_event_writes_total', { result: '429' });
+      }
+      return n;
+    };
+    const c0 = await client429s();
     const i0 = await requestCounts(cluster);
     const incidentStart = Date.now();
     for (const a of affected) {
@@ -182,12 +193,7 @@ export async function benchFleet(): Promise<Record<string, number>> {
     const incidentSeconds = (Date.now() - incidentStart) / 1000;
     const i1 = await requestCounts(cluster);
     const lat = [...latencies.values()].sort((a, b) => a - b);
-    let client429 = 0;
-    for (const v of vigils) {
-      client429 +=
-        (await v.metric('vigil_k8s_condition_writes_total', { result: '429' })) +
-        (await v.metric('vigil_k8s_event_writes_total', { result: '429' }));
-    }
+    const c1 = await client429s();
     return {
       fleet_nodes: NODES,
       steady_api_requests_per_s: steadyRate,
@@ -202,7 +208,10 @@ export async function benchFleet(): Promise<Record<string, number>> {
       incident_condition_max_ms: lat[lat.length - 1],
       incident_seconds: incidentSeconds,
       incident_api_requests_per_s: (i1.requests - i0.requests) / incidentSeconds,
-      incident_429s: i1.code429 + client429,
+      incident_429s: i1.code429 - i0.code429,
+      incident_429s_seen_by_vigil: c1 - c0,
+      startup_429s: i0.code429,
+      startup_seconds: startupSeconds,
     };
   } finally {
     abortWatch?.abort();

@@ -94,7 +94,8 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
         if (s.state === 'off') return { state: 'off', message: 'no NVIDIA GPU on the PCI bus, or the GPU monitor is disabled' };
         if (s.state !== 'running') return { state: 'failed', message: s.state };
         const events = s.events.status === 'failed' ? `events failed: ${s.events.detail ?? 'unknown'}` : `events ${s.events.status}`;
-        return { state: s.events.status === 'failed' ? 'degraded' : 'ok', message: `${s.gpus.length} GPUs, ${events}` };
+        const push = s.push?.source === 'dcgm' ? `push: DCGM (${s.push.dcgm?.state ?? 'off'})` : 'push: NVML';
+        return { state: s.events.status === 'failed' ? 'degraded' : 'ok', message: `${s.gpus.length} GPUs, ${push}, ${events}` };
       },
     },
     conditions: [],

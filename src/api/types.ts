@@ -27,7 +27,7 @@ export type RecommendedAction = 'none' | 'restartApp' | 'resetGPU' | 'reboot' | 
 export type Recovery = { kind: 'untilReboot' } | { kind: 'whenHealthy'; healthyChecks: number } | { kind: 'ttl'; ttlMs: number };
 
 /** Where a finding came from. Used for metrics labels, so the set is bounded. */
-export type SourceName = 'kmsg' | 'nvml' | 'sysfs' | 'procfs' | 'journald' | 'exec' | 'file' | 'engine';
+export type SourceName = 'kmsg' | 'nvml' | 'dcgm' | 'sysfs' | 'procfs' | 'journald' | 'exec' | 'file' | 'engine';
 
 /** The thing a finding is about (a GPU, a block device, an interface); '' for the node itself. */
 export type Entity = string;

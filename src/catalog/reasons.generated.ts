@@ -946,7 +946,8 @@ export type UnknownReasonName =
   | 'NetworkingChecksUnavailable'
   | 'StorageChecksUnavailable'
   | 'ContainerRuntimeChecksUnavailable'
-  | 'NvidiaMonitoringUnavailable';
+  | 'NvidiaMonitoringUnavailable'
+  | 'DcgmHostEngineUnavailable';
 
 export const UNKNOWN_REASONS: Record<UnknownReasonName, { condition: BuiltinConditionType; description: string }> = {
   KernelLogUnavailable: { condition: "KernelReady", description: "The kernel log (/dev/kmsg or the configured kernelLog.path) cannot be read, so kernel and GPU faults logged by the kernel go unseen. The message names the cause (EPERM when not root, a missing path)." },
@@ -955,4 +956,5 @@ export const UNKNOWN_REASONS: Record<UnknownReasonName, { condition: BuiltinCond
   StorageChecksUnavailable: { condition: "StorageReady", description: "Vigil's polled storage checks cannot run; the message names the check and the error." },
   ContainerRuntimeChecksUnavailable: { condition: "ContainerRuntimeReady", description: "Vigil's polled container-runtime checks cannot run; the message names the check and the error." },
   NvidiaMonitoringUnavailable: { condition: "AcceleratedHardwareReady", description: "The GPU monitor is configured on but NVML is unusable (library missing, init failed, worker hung), so GPU faults go unseen." },
+  DcgmHostEngineUnavailable: { condition: "AcceleratedHardwareReady", description: "gpu.source is dcgm (or auto chose DCGM) and the DCGM host engine cannot be reached or its connection was lost (DCGM_ST_CONNECTION_NOT_VALID), so DCGM's policy violations go unseen. A monitoring failure, not a GPU fault; Vigil reconnects with backoff." },
 };

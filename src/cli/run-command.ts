@@ -7,7 +7,6 @@ import { buildMonitors } from '../agent/build-monitors.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
 import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
 import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
-import type { DiagnosticsController } from '../diagnostics/node-diagnostic/controller.ts';
 import type { Quarantine } from '../remediation/quarantine.ts';
 import { errorMessage } from '../util/errors.ts';
 
@@ -49,7 +48,6 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
 
   let kube: KubernetesSink | undefined;
-  let diagnostics: DiagnosticsController | undefined;
   let quarantine: Quarantine | undefined;
   // The Kubernetes client is heavy to load; standalone runs never pay for it.
   const kubeModules = useKube
@@ -111,7 +109,8 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow;
   // listening to the engine before the monitors start, so a Fatal fault found at start counts.
   const { createDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
-  diagnostics = await createDiagnostics({
+  // Declared after the Agent, whose HTTP route reads it only once serving (after this line).
+  const diagnostics = await createDiagnostics({
     config,
     ...(opts.config ? { configPath: opts.config } : {}),
     log,
@@ -125,6 +124,7 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
     listen = await agent.start();
   } catch (err) {
     log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
+    await diagnostics?.close();
     await agent.stop();
     return 2;
   }

@@ -38,7 +38,31 @@ const gpuThresholdsSchema = z.strictObject({
   recoveryActionsFatal: z.array(z.number().int().min(0)).default([1, 2, 4]),
 });
 
+/** The DCGM push channel (gpu.source dcgm or auto). Thresholds marked (S) are Vigil's suggestions. */
+const gpuDcgmSchema = z.strictObject({
+  /** DCGM client library to dlopen. Tests point this at the fake (native/fake-dcgm). */
+  libraryPath: z.string().min(1).default('libdcgm.so.4'),
+  /** hostengine: attach to a running nv-hostengine; embedded: run the engine inside Vigil. */
+  mode: z.enum(['hostengine', 'embedded']).default('hostengine'),
+  /** Host engine address: "host:port" (port 5555 when left out) or, with unixSocket, a socket path. */
+  address: z.string().min(1).default('localhost:5555'),
+  unixSocket: z.boolean().default(false),
+  connectTimeout: positiveDuration(5_000),
+  /** How often the connection is checked; a lost one makes AcceleratedHardwareReady Unknown. */
+  probeInterval: positiveDuration(5_000),
+  /** Policy thresholds: GPU temperature (°C, S), power (W, S: an H100 SXM's TDP), retired pages (N: 60 as NVML's check). */
+  temperatureC: z.number().int().min(1).default(95),
+  powerW: z.number().int().min(1).default(700),
+  maxRetiredPages: z.number().int().min(1).default(60),
+});
+
 export const gpuSectionSchema = z.strictObject({
+  /**
+   * Where pushed GPU faults come from: nvml (events, the default), dcgm (DCGM policy callbacks;
+   * NVML still polls), or auto (DCGM when its library loads and the host engine answers, else NVML).
+   */
+  source: z.enum(['nvml', 'dcgm', 'auto']).default('nvml'),
+  dcgm: gpuDcgmSchema.prefault({}),
   /** Off: the monitor never starts. On (default): it starts when sysfs shows an NVIDIA GPU. */
   enabled: z.boolean().default(true),
   /** NVML library to dlopen. Tests point this at the fake (native/fake-nvml). */

@@ -162,7 +162,7 @@ export const diagnosticsConfig = z.strictObject({
   keep: z
     .strictObject({
       maxBundles: z.number().int().min(1).default(5),
-      maxBytes: z.number().int().min(1).default(2 * 1024 ** 3),
+      maxBytes: z.number().int().min(1).default(2_147_483_648),
       retention: positiveDuration('24h'),
     })
     .prefault({}),

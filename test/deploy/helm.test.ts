@@ -44,6 +44,7 @@ const FLIPPED = {
   prometheusRule: { enabled: true, labels: { release: 'prom' }, for: '10m' },
   grafanaDashboard: { enabled: true, label: 'grafana_dashboard', labelValue: '1', folder: 'Nodes' },
   extraConfig: { engine: { repeatWindow: '2m' } },
+  quarantine: { enabled: true, dryRun: true, maxQuarantinedShare: 0.1 },
 };
 
 /** GPU and kernel log on, the rest as flipped: the pod must still drop privileges it does not need. */

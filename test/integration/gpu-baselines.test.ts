@@ -66,7 +66,10 @@ async function stopWhenSaved(agent: AgentProcess, stateDir: string, pred: (s: Sa
       await agent.stop();
       return s;
     }
-    assert.ok(Date.now() < end, `the state file never held what was expected: ${JSON.stringify(s).slice(0, 500)}`);
+    if (Date.now() > end) {
+      await agent.stop();
+      assert.fail(`the state file never held what was expected: ${JSON.stringify(s).slice(0, 500)}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
 }

@@ -35,6 +35,7 @@ import {
   type PollResult,
 } from '../../sources/nvml/protocol.ts';
 import { aerDevices, checkAer, readAer, type AerHistory } from './aer.ts';
+import { DcgmChannel, type DcgmStatus } from './dcgm.ts';
 import { exportBaselines, importBaselines, type PersistedGpuBaselines } from './baselines.ts';
 import {
   checkDeviceCount,
@@ -103,6 +104,8 @@ export interface GpuSnapshot {
   nvmlUnusableReason: string | null;
   /** NVSwitch functions on the PCI bus (0 on PCIe and NVL5 nodes). */
   nvswitches: number;
+  /** Where pushed faults come from (gpu.source), why, and DCGM's state when it is in use. */
+  push?: { source: 'nvml' | 'dcgm'; why: string; dcgm: DcgmStatus | null };
 }
 
 const MAX_EVENT_BACKOFF_MS = 60_000;
@@ -151,6 +154,8 @@ export class GpuMonitor implements Monitor {
   private aerHistory: AerHistory = new Map();
   private nvswitches = 0;
   private unusableReason: string | null = null;
+  private dcgm: DcgmChannel | null = null;
+  private push: { source: 'nvml' | 'dcgm'; why: string } = { source: 'nvml', why: 'gpu.source is nvml' };
 
   constructor(opts: GpuMonitorOptions) {
     this.config = gpuConfigSchema.parse(opts.config ?? {});
@@ -209,6 +214,7 @@ export class GpuMonitor implements Monitor {
     await this.pollOnce();
     // Events that happen before registration are never delivered, so return only once registered
     // (bounded: a failing event worker retries in the background).
+    await this.choosePush();
     const ready = this.maybeStartEvents();
     if (ready) await Promise.race([ready, new Promise((r) => setTimeout(r, this.config.watchdog + 2_000).unref())]);
     this.booted = true;
@@ -220,7 +226,7 @@ export class GpuMonitor implements Monitor {
     if (this.timer) clearTimeout(this.timer);
     if (this.eventTimer) clearTimeout(this.eventTimer);
     this.timer = this.eventTimer = null;
-    await Promise.all([this.eventClient?.stop(), this.pollClient.close()]);
+    await Promise.all([this.eventClient?.stop(), this.pollClient.close(), this.dcgm?.stop()]);
     this.eventClient = null;
     const left = nvmlThreadsLeft();
     if (left > 0)
@@ -256,6 +262,7 @@ export class GpuMonitor implements Monitor {
       nvmlUsable: this.sourceUp ?? null,
       nvmlUnusableReason: this.sourceUp === false ? this.unusableReason : null,
       nvswitches: this.nvswitches,
+      push: { ...this.push, dcgm: this.dcgm ? { ...this.dcgm.status } : null },
     };
   }
 
@@ -539,8 +546,32 @@ export class GpuMonitor implements Monitor {
 
   /** Starts the event worker once NVML has initialised; resolves when events are registered. */
   private maybeStartEvents(): Promise<void> | null {
-    if (!this.config.events || !this.nvmlUp || this.eventClient || this.eventTimer) return null;
+    if (!this.config.events || this.push.source === 'dcgm' || !this.nvmlUp || this.eventClient || this.eventTimer) return null;
     return this.startEvents();
+  }
+
+  /** gpu.source: nvml, dcgm, or auto (DCGM when its library loads and the host engine answers, else NVML); logged. */
+  private async choosePush(): Promise<void> {
+    const src = this.config.source;
+    if (src === 'nvml') return;
+    const dcgm = new DcgmChannel({
+      config: this.config,
+      log: this.log,
+      out: () => (this.state === 'running' ? this.out : null),
+      gpuByPci: (pci) => this.inv.byPci(pci),
+      now: this.now,
+      probeOnly: src === 'auto',
+    });
+    const failure = await dcgm.start();
+    if (failure && src === 'auto') {
+      await dcgm.stop();
+      this.push = { source: 'nvml', why: `gpu.source auto: DCGM unusable (${failure.message}), so NVML events` };
+    } else {
+      this.dcgm = dcgm;
+      const why = failure ? `not connected yet: ${failure.message}` : 'policy callbacks registered';
+      this.push = { source: 'dcgm', why: `gpu.source ${src}: DCGM, ${why}` };
+    }
+    this.log({ push: this.push.source, why: this.push.why }, 'GPU push channel chosen');
   }
 
   private startEvents(): Promise<void> | null {

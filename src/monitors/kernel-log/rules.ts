@@ -3,9 +3,10 @@
  *
  * Cost model: nearly every kernel line is benign, so each rule names cheap `keywords` (and, where
  * a shorter word every matching line holds will do, `prefilter` words); the classifier runs one
- * combined search for all of them over the line and only tries the rules whose words it found. Rules are tried in order and the first hit wins, which is
- * how a libnccl segfault becomes NvidiaNCCLError and not also AppCrash, and how "BUG: soft
- * lockup" becomes SoftLockup and not KernelBug.
+ * combined search for all of them over the line and only tries the rules whose words it found.
+ * Rules are tried in order and the first hit wins, which is how a libnccl segfault becomes
+ * NvidiaNCCLError and not also AppCrash, and how "BUG: soft lockup" becomes SoftLockup and not
+ * KernelBug.
  */
 import type { ReasonName } from '../../catalog/index.ts';
 import { DEFAULT_FATAL_XIDS, decideXid, normalizePci, xidDetailFromText } from '../xid/policy.ts';
