@@ -25,6 +25,7 @@ RUN --mount=type=secret,id=ca,target=/run/secrets/ca.pem \
  && npm ci --ignore-scripts --no-audit --no-fund \
  && npm cache clean --force
 COPY tsconfig.json tsconfig.build.json ./
+COPY scripts/build.sh ./scripts/
 COPY src ./src
 # tsx (with esbuild) is a dependency only so bin/vigil.js can run src/ when dist/ is missing; the
 # image has dist/ and no src/, so it goes.
@@ -35,7 +36,7 @@ RUN npm run build \
 
 FROM ${BASE_IMAGE}
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ethtool systemd \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ethtool iproute2 systemd \
  && apt-get clean \
  && rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/locale/* /var/lib/apt/lists/* /var/cache/apt /var/log/apt /var/log/dpkg.log \
       /usr/local/lib/node_modules/npm /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \

@@ -28,7 +28,8 @@
  *   NPD: its system-log-monitor with the filelog plugin (same three monitor configs) on it, with the
  *   Kubernetes exporter off, until it logs the status of an end-marker rule on the file's last line.
  *   Both under `taskset -c 0`, end to end; each agent's run on a one-line file (its start-up) is
- *   subtracted: lines / (t_full - t_startup).
+ *   subtracted: lines / (t_full - t_startup). throughput_records_per_cpu_s does the same with each
+ *   process's CPU time (user + system), which a loaded shared machine leaves comparable.
  * - idle_cpu_millicores, idle_rss_mib: each agent with its default monitors (Vigil: its default config;
  *   NPD: its stock kernel-monitor + readonly-monitor and the Xid monitor) on its own Node for the whole
  *   run (at least BENCH_IDLE_SECONDS, default 600, after a 15 s settle); CPU from /proc/<pid>/stat,
@@ -484,13 +485,34 @@ async function writeCorpus(file: string, lines: number, marker: string): Promise
   await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
 }
 
-async function timeVigilScan(file: string): Promise<number> {
-  const t0 = process.hrtime.bigint();
-  await execOut('taskset', ['-c', '0', process.execPath, path.join(ROOT, 'bin/vigil.js'), 'scan', '--json', file]);
-  return Number(process.hrtime.bigint() - t0) / 1e9;
+/** Wall and CPU seconds of a run; CPU (user + system) is what a loaded, shared machine leaves comparable. */
+interface Timing {
+  wall: number;
+  cpu: number;
 }
 
-async function timeNpdFile(c: Ctx, file: string, marker: string): Promise<number> {
+async function timeVigilScan(file: string): Promise<Timing> {
+  const t0 = process.hrtime.bigint();
+  // bash's `times` prints its children's user and system time (second line) once the scan exits.
+  const out = await execOut('bash', [
+    '-c',
+    '"$@" >/dev/null; rc=$?; times; exit $rc',
+    'bash',
+    'taskset',
+    '-c',
+    '0',
+    process.execPath,
+    path.join(ROOT, 'bin/vigil.js'),
+    'scan',
+    '--json',
+    file,
+  ]);
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const secs = [...(out.trim().split('\n')[1] ?? '').matchAll(/(\d+)m([\d.]+)s/g)].map((m) => Number(m[1]) * 60 + Number(m[2]));
+  return { wall, cpu: secs.length === 2 ? secs[0] + secs[1] : NaN };
+}
+
+async function timeNpdFile(c: Ctx, file: string, marker: string): Promise<Timing> {
   const configs = writeNpdConfigs(c.dir, { kind: 'file', path: file }, [
     { type: 'temporary', reason: 'BenchCorpusEnd', pattern: `${marker}.*` },
   ]);
@@ -505,14 +527,22 @@ async function timeNpdFile(c: Ctx, file: string, marker: string): Promise<number
   });
   try {
     // The status of the marker's rule (the config dump at start-up names the rule too).
-    await npd.waitFor((l) => l.includes('New status generated') && l.includes('BenchCorpusEnd'), 600_000);
-    return Number(process.hrtime.bigint() - t0) / 1e9;
+    await npd.waitFor((l) => l.includes('New status generated') && l.includes('BenchCorpusEnd'), 900_000);
+    // env and taskset exec NPD, so the pid is NPD's.
+    return { wall: Number(process.hrtime.bigint() - t0) / 1e9, cpu: cpuSeconds(npd.pid) };
   } finally {
     await npd.stop();
   }
 }
 
-async function throughputPhase(c: Ctx): Promise<{ vigil: number; npd: number; classifier: number; notes: Record<string, number> }> {
+async function throughputPhase(c: Ctx): Promise<{
+  vigil: number;
+  npd: number;
+  vigilCpu: number;
+  npdCpu: number;
+  classifier: number;
+  notes: Record<string, number>;
+}> {
   const marker = `vigil-bench-corpus-end-${randomBytes(4).toString('hex')}`;
   const big = path.join(c.dir, 'corpus.log');
   const small = path.join(c.dir, 'corpus-1.log');
@@ -527,13 +557,24 @@ async function throughputPhase(c: Ctx): Promise<{ vigil: number; npd: number; cl
   const cls = await execOut('taskset', ['-c', '0', process.execPath, '--import', 'tsx', path.join(ROOT, 'bench/kmsg.ts')]);
   const classifier = Number(/kmsg_classify_records_per_s: (\d+)/.exec(cls)?.[1] ?? NaN);
   log(
-    `throughput: vigil ${vBig.toFixed(2)} s (start-up ${vSmall.toFixed(2)} s), npd ${nBig.toFixed(2)} s (start-up ${nSmall.toFixed(2)} s)`,
+    `throughput: vigil ${JSON.stringify(vBig)} (start-up ${JSON.stringify(vSmall)}), npd ${JSON.stringify(nBig)} (start-up ${JSON.stringify(nSmall)})`,
   );
   return {
-    vigil: CORPUS_LINES / Math.max(1e-3, vBig - vSmall),
-    npd: CORPUS_LINES / Math.max(1e-3, nBig - nSmall),
+    vigil: CORPUS_LINES / Math.max(1e-3, vBig.wall - vSmall.wall),
+    npd: CORPUS_LINES / Math.max(1e-3, nBig.wall - nSmall.wall),
+    vigilCpu: CORPUS_LINES / Math.max(1e-3, vBig.cpu - vSmall.cpu),
+    npdCpu: CORPUS_LINES / Math.max(1e-3, nBig.cpu - nSmall.cpu),
     classifier,
-    notes: { vigil_wall_s: vBig, vigil_startup_s: vSmall, npd_wall_s: nBig, npd_startup_s: nSmall },
+    notes: {
+      vigil_wall_s: vBig.wall,
+      vigil_cpu_s: vBig.cpu,
+      vigil_startup_wall_s: vSmall.wall,
+      vigil_startup_cpu_s: vSmall.cpu,
+      npd_wall_s: nBig.wall,
+      npd_cpu_s: nBig.cpu,
+      npd_startup_wall_s: nSmall.wall,
+      npd_startup_cpu_s: nSmall.cpu,
+    },
   };
 }
 
@@ -696,6 +737,7 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
       if (PHASES.has('throughput')) {
         const t = await throughputPhase(c);
         figures.throughput_records_per_s = { vigil: t.vigil, npd: t.npd };
+        figures.throughput_records_per_cpu_s = { vigil: t.vigilCpu, npd: t.npdCpu };
         figures.throughput_classifier_only_records_per_s = { vigil: t.classifier, npd: null };
         notes.throughput = { lines: CORPUS_LINES, ...t.notes };
       }

@@ -171,7 +171,8 @@ else {
   );
   for (const i of ev.injected ?? [])
     line(
-      i.arrivedMs !== null && i.arrivedMs < 1_000 ? 'PASS' : 'FAIL',
+      // Arrival, not latency (bench/gpu.ts measures that): a loaded machine may take a while.
+      i.arrivedMs !== null && i.arrivedMs < 5_000 ? 'PASS' : 'FAIL',
       `event ${i.kind} (stand-in)`,
       i.arrivedMs === null ? `${i.reason} never arrived` : `${i.reason} arrived after ${i.arrivedMs} ms`,
     );

@@ -84,6 +84,7 @@ function human(snap: GpuSnapshot, summary: GpuCommandReport['summary'], sysRoot:
   }
   lines.push(`NVML library: ${snap.library}`);
   lines.push(`Driver version: ${snap.driverVersion ?? 'unknown'}`);
+  if (snap.push) lines.push(`Push channel: ${snap.push.source.toUpperCase()} (${snap.push.why})`);
   if (snap.missingSymbols.length) lines.push(`Missing NVML symbols (older driver): ${snap.missingSymbols.join(', ')}`);
   lines.push(`GPUs: NVML count ${snap.nvmlCount ?? 'unknown'}, expected ${snap.expectedCount ?? 'unknown'}`);
   for (const g of snap.gpus) {

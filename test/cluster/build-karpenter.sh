@@ -78,6 +78,8 @@ else
   (cd "$WRAP" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$KARPENTER_BIN.tmp" .) \
     || { rm -f "$KARPENTER_BIN.tmp"; die "karpenter-vigil build failed"; }
   mv -f "$KARPENTER_BIN.tmp" "$KARPENTER_BIN"
+  # Builds of earlier wrapper sources are dead weight now.
+  find "$VIGIL_CACHE_DIR/k8s-bin" -maxdepth 1 -name 'karpenter-*' ! -path "$(dirname "$KARPENTER_BIN")" -exec rm -rf {} +
   log "karpenter-vigil built in $(( $(date +%s) - t0 ))s -> $KARPENTER_BIN"
 fi
 

@@ -15,7 +15,10 @@ const run = promisify(execFile);
 
 test('gpu-check.sh --fake passes every check, one line each, and a field that differs from nvidia-smi fails', async (t) => {
   const started = Date.now();
-  const { stdout } = await run('bash', ['bench/gpu/gpu-check.sh', '--fake', '--window', '3', '--keep'], { cwd: root, timeout: 280_000 });
+  const { stdout } = await run('bash', ['bench/gpu/gpu-check.sh', '--fake', '--window', '6', '--keep'], {
+    cwd: root,
+    timeout: 280_000,
+  }).catch((e: { stdout?: string; stderr?: string }) => assert.fail(`gpu-check.sh failed:\n${e.stdout ?? ''}\n${e.stderr ?? ''}`));
   const work = /^work dir: (.+)$/m.exec(stdout)?.[1];
   assert.ok(work, stdout);
   t.after(() => rmSync(work, { recursive: true, force: true }));

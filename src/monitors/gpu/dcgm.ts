@@ -44,7 +44,9 @@ export function dcgmFindings(v: DcgmViolation, gpu: Pick<GpuInfo, 'index' | 'uui
       return [f('NvidiaPageRetirement', `${p.sbe + p.dbe} retired pages (${p.sbe} SBE, ${p.dbe} DBE), at or above the limit`, p)];
     }
     case POLICY_COND.THERMAL:
-      return [f('NvidiaThermalError', `temperature ${v.temperatureC} °C violated the thermal policy`, { temperatureC: v.temperatureC ?? 0 })];
+      return [
+        f('NvidiaThermalError', `temperature ${v.temperatureC} °C violated the thermal policy`, { temperatureC: v.temperatureC ?? 0 }),
+      ];
     case POLICY_COND.POWER:
       return [f('NvidiaPowerError', `power ${v.powerW} W violated the power policy`, { powerW: v.powerW ?? 0 })];
     case POLICY_COND.NVLINK:

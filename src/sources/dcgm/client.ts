@@ -6,7 +6,14 @@
 import type { Worker } from 'node:worker_threads';
 import { CallWatch, abandon, spawnWorker, type HangReport } from '../nvml/client.ts';
 import { CTL_SIZE } from '../nvml/protocol.ts';
-import { DCGM_FUNCTION_NAMES, type DcgmDevice, type DcgmFailure, type DcgmMessage, type DcgmViolation, type DcgmWorkerInit } from './protocol.ts';
+import {
+  DCGM_FUNCTION_NAMES,
+  type DcgmDevice,
+  type DcgmFailure,
+  type DcgmMessage,
+  type DcgmViolation,
+  type DcgmWorkerInit,
+} from './protocol.ts';
 
 export interface DcgmHandlers {
   ready(devices: DcgmDevice[]): void;

@@ -34,7 +34,8 @@ const PROTOTYPES: Record<DcgmFnName | 'dcgmErrorString', string> = {
   dcgmGetAllSupportedDevices: 'int dcgmGetAllSupportedDevices(uintptr_t pDcgmHandle, _Out_ uint32_t *gpuIdList, _Out_ int *count)',
   dcgmGetDeviceAttributes: 'int dcgmGetDeviceAttributes(uintptr_t pDcgmHandle, uint32_t gpuId, _Inout_ void *pDcgmAttr)',
   dcgmPolicySet: 'int dcgmPolicySet(uintptr_t pDcgmHandle, uintptr_t groupId, void *policy, uintptr_t statusHandle)',
-  dcgmPolicyRegister_v2: 'int dcgmPolicyRegister_v2(uintptr_t pDcgmHandle, uintptr_t groupId, int condition, dcgmPolicyCallback *cb, uint64_t userData)',
+  dcgmPolicyRegister_v2:
+    'int dcgmPolicyRegister_v2(uintptr_t pDcgmHandle, uintptr_t groupId, int condition, dcgmPolicyCallback *cb, uint64_t userData)',
   dcgmPolicyUnregister: 'int dcgmPolicyUnregister(uintptr_t pDcgmHandle, uintptr_t groupId, int condition)',
   dcgmErrorString: 'const char *dcgmErrorString(int result)',
 };

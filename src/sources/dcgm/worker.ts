@@ -122,7 +122,8 @@ function policy(): Buffer {
   for (let i = 0; i < 7; i++) {
     const at = POLICY_V1.parms + i * POLICY_V1.parmSize;
     const n = numbers[1 << i];
-    if (n === undefined) b.writeUInt32LE(1, at + 8); // tag BOOL (0), true
+    if (n === undefined)
+      b.writeUInt32LE(1, at + 8); // tag BOOL (0), true
     else {
       b.writeUInt32LE(1, at); // tag LLONG
       b.writeBigUInt64LE(BigInt(n), at + 8);

@@ -57,4 +57,4 @@ curl -fsS "http://127.0.0.1:$PROBE_PORT/readyz" >/dev/null 2>&1 || { tail_log "$
 pid_alive "$DIR/kwok.pid" kwok || { tail_log "$DIR/kwok.log"; die "kwok exited"; }
 printf 'KARPENTER_METRICS_PORT=%s\nKARPENTER_HEALTH_PROBE_PORT=%s\nKWOK_PORT=%s\n' "$METRICS_PORT" "$PROBE_PORT" "$KWOK_PORT" > "$DIR/karpenter.env"
 log "karpenter-vigil ready (metrics :$METRICS_PORT, log $DIR/karpenter-vigil.log); kwok running (log $DIR/kwok.log)"
-log "try: a NodePool whose nodeClassRef is {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}"
+log "try: a NodePool with nodeClassRef {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default} and requirements (e.g. node.kubernetes.io/instance-type In [c-1x-amd64-linux])"
