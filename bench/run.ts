@@ -12,6 +12,7 @@ const benches: Record<string, () => Promise<Bench>> = {
   kmsg: async () => (await import('./kmsg.ts')).benchKmsgClassify,
   latency: async () => (await import('./kmsg-latency.ts')).benchKmsgLatency,
   gpu: async () => (await import('./gpu.ts')).benchGpu,
+  dcgm: async () => (await import('./dcgm.ts')).benchDcgm,
   host: async () => (await import('./host.ts')).benchHost,
   idle: async () => (await import('./idle.ts')).benchIdle,
   burst: async () => (await import('./burst.ts')).benchBurst,

@@ -81,7 +81,8 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
         queue.add({
           name: 'gpu.poll',
           intervalMs: gpu.pollIntervalMs,
-          budgetMs: Math.max(30_000, config.gpu.watchdog * 2),
+          // Never above the interval (the queue refuses that): a 10 s poll gets a 10 s budget.
+          budgetMs: Math.min(gpu.pollIntervalMs, Math.max(30_000, config.gpu.watchdog * 2)),
           run: () => gpu.pollOnce(),
         });
       },

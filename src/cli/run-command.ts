@@ -22,6 +22,31 @@ export interface RunOptions {
 }
 
 export async function runAgentCommand(opts: RunOptions): Promise<number> {
+  // Handlers first: a stop signal that arrives while the agent starts must still stop it cleanly,
+  // state saved, once start returns (not kill it at Node's default).
+  let stopSignal: string | undefined;
+  let onStop: (() => void) | undefined;
+  const stopped = new Promise<string>((resolve) => {
+    onStop = () => resolve(stopSignal ?? 'SIGTERM');
+  });
+  const handlers = (['SIGTERM', 'SIGINT', 'SIGHUP'] as const).map((signal) => {
+    // SIGHUP (terminal closed, `kill -HUP`) stops cleanly like SIGTERM instead of killing the
+    // process unsaved. It does not reload: configuration is read at start, so restart to apply it.
+    const handler = () => {
+      stopSignal ??= signal;
+      onStop?.();
+    };
+    process.once(signal, handler);
+    return [signal, handler] as const;
+  });
+  try {
+    return await runAgent(opts, stopped);
+  } finally {
+    for (const [signal, handler] of handlers) process.removeListener(signal, handler);
+  }
+}
+
+async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<number> {
   let config: VigilConfig;
   try {
     config = loadConfig(opts.config);
@@ -136,15 +161,8 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
   diagnostics?.start(listen);
   quarantine?.start(agent.engine.health());
 
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      log.info({ event: 'stopping', signal }, 'vigil stopping');
-      resolve();
-    };
-    // SIGHUP (terminal closed, `kill -HUP`) stops cleanly like SIGTERM instead of killing the
-    // process unsaved. It does not reload: configuration is read at start, so restart to apply it.
-    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(signal, () => stop(signal));
-  });
+  const signal = await stopped;
+  log.info({ event: 'stopping', signal }, 'vigil stopping');
   await diagnostics?.close();
   await agent.stop();
   // A thread stuck in a hung NVML call would keep the process alive forever; leave without it.

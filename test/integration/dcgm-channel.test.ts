@@ -7,6 +7,8 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
+import { runGpuCommand, type GpuCommandReport } from '../../src/cli/gpu-command.ts';
+import { nvmlThreadsLeft } from '../../src/sources/nvml/client.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
 import { RecordingSink, fakeMonitor } from './nvml-helpers.ts';
 
@@ -64,6 +66,10 @@ test('each DCGM policy kind becomes the same catalog reason on the GPU entity NV
     [],
     'a connected DCGM never reports itself blind',
   );
+  // The DCGM worker thread exits on stop (koffi's callback would otherwise keep it alive, and the
+  // process could not exit without _exit()).
+  await monitor.stop();
+  await until('the DCGM worker to exit', () => nvmlThreadsLeft() === 0);
 });
 
 for (const [name, patch] of [
@@ -139,4 +145,24 @@ test('a lost host-engine connection is a source down (DcgmHostEngineUnavailable)
   await until('the source to come back', () => sink.sources.at(-1)?.up === true, 10_000);
   env.violation(0, { condition: DCGM_COND.XID, a: 79 });
   await sink.waitFor((f) => f.reason === 'NvidiaXID79Error');
+});
+
+test('vigil gpu says which push channel is in use, for people and in --json', async (t) => {
+  const env = new FakeDcgmEnv(1);
+  t.after(() => env.cleanup());
+  const run = async (json: boolean, source: 'dcgm' | 'auto', dcgm: Record<string, unknown> = {}) => {
+    let out = '';
+    await runGpuCommand({
+      json,
+      library: env.libraryPath,
+      sysRoot: env.sysRoot,
+      write: (s) => (out += s),
+      config: { watchdog: 2_000, ...dcgmConfig(env, source, dcgm) },
+    });
+    return out;
+  };
+  assert.match(await run(false, 'dcgm'), /^Push channel: DCGM \(gpu\.source dcgm: DCGM, policy callbacks registered\)$/m);
+  const report = JSON.parse(await run(true, 'auto', { libraryPath: '/nonexistent/libdcgm.so.4' })) as GpuCommandReport;
+  assert.equal(report.push?.source, 'nvml');
+  assert.match(report.push?.why ?? '', /^gpu\.source auto: DCGM unusable \(cannot load the DCGM library/);
 });

@@ -94,7 +94,7 @@ test('an Xid 79 seen through DCGM, NVML and the kernel log is exactly one active
   };
   await viaDcgm.start(tee);
   await viaNvml.start(tee);
-  await kernel.start(tee);
+  kernel.start(tee);
   assert.equal(viaDcgm.snapshot().push?.source, 'dcgm');
   assert.equal(viaNvml.snapshot().events.status, 'running');
   const entity = `gpu:${pci}`;

@@ -122,6 +122,32 @@ test('changes within the window after a write go out together when the window en
   await w.stop();
 });
 
+test('a status change right after a write goes out at once; only message changes wait out the window', async () => {
+  const calls: Call[] = [];
+  const w = writer(calls);
+  w.start(health('True', 'ok'));
+  await advance(0);
+  await advance(5000);
+  w.update(health('False', 'first'));
+  await advance(0);
+  assert.equal(patches(calls).length, 2);
+  await advance(50);
+  w.update(health('True', 'recovered'));
+  await advance(0);
+  assert.equal(patches(calls).length, 3, 'recovery written at once');
+  await advance(20);
+  w.update(health('False', 'again'));
+  await advance(0);
+  assert.equal(patches(calls).length, 4, 'the next fault written at once');
+  await advance(20);
+  w.update(health('False', 'again, another entity'));
+  await advance(0);
+  assert.equal(patches(calls).length, 4, 'a message change waits');
+  await advance(200);
+  assert.equal(patches(calls).length, 5);
+  await w.stop();
+});
+
 test('a Fatal finding is posted as an Event at once, before any timer runs', async () => {
   const calls: Call[] = [];
   const rec = new EventRecorder({

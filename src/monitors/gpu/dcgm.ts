@@ -151,7 +151,6 @@ export class DcgmChannel {
 
   /** Once DCGM was chosen, any loss is a monitoring failure: Unknown, then reconnect with backoff. */
   private broken(state: 'lost' | 'failed', message: string): void {
-    this.client = null;
     this.status = { ...this.status, state, detail: message };
     if (this.stopped || (this.opts.probeOnly && !this.everReady)) return;
     this.opts.log({ err: message, retryInMs: this.backoffMs }, state === 'lost' ? 'DCGM host engine connection lost' : 'DCGM unusable');

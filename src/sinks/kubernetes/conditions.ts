@@ -206,8 +206,14 @@ export class ConditionWriter {
     if (this.dirty().length || this.pendingDeletes.size) this.schedule(this.nextWriteDelay());
   }
 
-  /** Leading edge: at once after a quiet window, else when the window since the last write ends. */
+  /**
+   * Leading edge: at once after a quiet window, else when the window since the last write ends;
+   * a change of some condition's status at once in any case.
+   */
   private nextWriteDelay(): number {
+    // A status change is what repair engines act on: it never waits out the window (the engine's
+    // flap damping and the few condition types bound how often that happens).
+    if (this.desired.some((c) => c.status !== (this.shown.get(c.name)?.status ?? c.status))) return 0;
     return Math.max(0, this.lastWriteAt + this.coalesceMs - this.now());
   }
 

@@ -31,6 +31,8 @@ export type DcgmClientOptions = Omit<DcgmWorkerInit, 'control'> & { watchdogMs: 
 export class DcgmClient {
   private worker: Worker | null = null;
   private watch: CallWatch | null = null;
+  /** A worker that ended itself (lost, failed): stop() waits for its thread to be gone. */
+  private exiting: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly opts: DcgmClientOptions,
@@ -86,15 +88,13 @@ export class DcgmClient {
   /** Unregisters and disconnects (bounded), then lets the thread go. */
   async stop(): Promise<void> {
     const worker = this.worker;
-    if (!worker) return;
+    if (!worker) return this.exiting;
     this.worker = null;
     this.watch?.stop();
     this.watch = null;
-    const exited = new Promise<void>((r) => worker.once('exit', () => r()));
+    const exited = exitOf(worker, this.opts.watchdogMs);
     worker.postMessage({ op: 'stop' });
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, this.opts.watchdogMs)))]);
-    clearTimeout(timer);
+    await exited;
     abandon(worker, null);
   }
 
@@ -103,6 +103,20 @@ export class DcgmClient {
     this.worker = null;
     this.watch?.stop();
     this.watch = null;
+    this.exiting = exitOf(worker, this.opts.watchdogMs);
     abandon(worker, null);
   }
+}
+
+/** Resolves when the thread has exited, or after `ms` (a thread stuck in DCGM is left behind). */
+function exitOf(worker: Worker, ms: number): Promise<void> {
+  if (worker.threadId === -1) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    timer.unref();
+    worker.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }

@@ -169,11 +169,12 @@ function failure(err: unknown) {
 }
 
 function main(): void {
-  let probe: NodeJS.Timeout | undefined;
+  const timer: { probe?: NodeJS.Timeout } = {};
   const end = (m: DcgmMessage) => {
-    clearInterval(probe);
+    clearInterval(timer.probe);
     post(m);
-    parentPort!.close();
+    // koffi's registered callback keeps this thread's loop alive: end the thread (not the process).
+    setImmediate(() => process.exit(0));
   };
   try {
     api = loadDcgm(init.libraryPath);
@@ -198,7 +199,7 @@ function main(): void {
     return;
   }
   // Callbacks cannot say the host engine died: ask it now and then.
-  probe = setInterval(() => {
+  timer.probe = setInterval(() => {
     const ids = new Uint32Array(32);
     const rc = call('dcgmGetAllSupportedDevices', handle, ids, [0]);
     if (rc !== DCGM_RETURN.CONNECTION_NOT_VALID) return;
