@@ -119,6 +119,7 @@ static fpRecvUpdates callback;
 static uint64_t callback_user;
 static long long delivered; /* highest event id handed to the callback */
 static int thread_running, thread_stop;
+static pthread_t thread;
 
 /* Re-reads the script when it changed. Caller holds mu. */
 static void reload(void) {
@@ -242,13 +243,17 @@ dcgmReturn_t dcgmInit(void) {
   return DCGM_ST_OK;
 }
 
+/* Like DCGM, shutdown ends the library's threads before returning, so the library can be unloaded.
+ * The caller must have let any callback in flight finish (unregister, then yield to its loop). */
 dcgmReturn_t dcgmShutdown(void) {
   pthread_mutex_lock(&mu);
   initialised = connected = 0;
   registered = 0;
   callback = NULL;
-  thread_stop = 1; /* detached: never join a thread that may be waiting on the caller's event loop */
+  thread_stop = 1;
+  int join = thread_running;
   pthread_mutex_unlock(&mu);
+  if (join) pthread_join(thread, NULL);
   return DCGM_ST_OK;
 }
 
@@ -349,10 +354,9 @@ dcgmReturn_t dcgmPolicyRegister_v2(dcgmHandle_t h, dcgmGpuGrp_t group, int condi
   thread_stop = 0;
   if (start) thread_running = 1;
   pthread_mutex_unlock(&mu);
-  if (start) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, deliver, NULL) != 0) return DCGM_ST_INIT_ERROR;
-    pthread_detach(t);
+  if (start && pthread_create(&thread, NULL, deliver, NULL) != 0) {
+    thread_running = 0;
+    return DCGM_ST_INIT_ERROR;
   }
   return DCGM_ST_OK;
 }

@@ -105,19 +105,25 @@ for (const [name, patch] of [
   });
 }
 
-test('auto chooses DCGM when its library loads and the host engine answers', async (t) => {
-  const env = new FakeDcgmEnv(1);
-  const { monitor } = fakeMonitor(env, dcgmConfig(env, 'auto'));
-  t.after(async () => {
-    await monitor.stop();
-    env.cleanup();
+for (const mode of ['hostengine', 'embedded'] as const) {
+  test(`auto chooses DCGM when its library loads and the engine answers (${mode})`, async (t) => {
+    const env = new FakeDcgmEnv(1);
+    if (mode === 'embedded') {
+      env.dcgm.rc = { dcgmConnect_v2: -21 }; // no host engine: only dcgmStartEmbedded works
+      env.writeDcgm();
+    }
+    const { monitor } = fakeMonitor(env, dcgmConfig(env, 'auto', { mode }));
+    t.after(async () => {
+      await monitor.stop();
+      env.cleanup();
+    });
+    const sink = new RecordingSink();
+    await monitor.start(sink);
+    assert.equal(monitor.snapshot().push?.source, 'dcgm');
+    env.violation(0, { condition: DCGM_COND.DBE, a: 1 });
+    assert.equal((await sink.waitFor((f) => f.reason === 'NvidiaDoubleBitError')).source, 'dcgm');
   });
-  const sink = new RecordingSink();
-  await monitor.start(sink);
-  assert.equal(monitor.snapshot().push?.source, 'dcgm');
-  env.violation(0, { condition: DCGM_COND.DBE, a: 1 });
-  assert.equal((await sink.waitFor((f) => f.reason === 'NvidiaDoubleBitError')).source, 'dcgm');
-});
+}
 
 test('a lost host-engine connection is a source down (DcgmHostEngineUnavailable), not a GPU fault; it reconnects', async (t) => {
   const env = new FakeDcgmEnv(2);

@@ -20,7 +20,7 @@ import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
 import { KernelLogMonitor } from '../../src/monitors/kernel-log/monitor.ts';
 import { allConditions, createPipeline, declaredConditions, engineSettings, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
-import { kernelLogOnlyConfig, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
 import { fakeGpus } from '../../native/fake-nvml/build.ts';
 
@@ -142,5 +142,59 @@ test(
     env.dcgm.lost = false;
     env.writeDcgm();
     await until('the condition to come back', () => accel().status === 'True');
+  },
+);
+
+test(
+  'the agent says on /healthz that DCGM pushes, and a lost host engine fails /healthz with Unknown, not False',
+  { timeout: 120_000 },
+  async (t) => {
+    const env = new FakeDcgmEnv(2);
+    const file = path.join(env.dir, 'vigil.yaml');
+    writeFileSync(
+      file,
+      [
+        'kernelLog: {enabled: false}',
+        'gpu:',
+        `  libraryPath: ${env.libraryPath}`,
+        '  source: dcgm',
+        `  dcgm: {libraryPath: ${env.dcgmLibrary}, probeInterval: 100ms}`,
+        'monitors:',
+        `  hostRoot: ${env.dir}`,
+        '  kernel: {enabled: false}',
+        '  networking: {enabled: false}',
+        '  storage: {enabled: false}',
+        '  runtime: {enabled: false}',
+        '',
+      ].join('\n'),
+    );
+    const agent = await startAgent(['--standalone', '--state-dir', path.join(env.dir, 'state'), '--config', file], {
+      FAKE_NVML_CONFIG: env.configPath,
+      FAKE_DCGM_CONFIG: env.dcgmScript,
+    });
+    t.after(async () => {
+      await agent.stop();
+      env.cleanup();
+    });
+    type Healthz = { components: Record<string, { state: string; message: string }> };
+    const ok = await agent.fetch('/healthz');
+    assert.equal(ok.status, 200);
+    assert.match((ok.body as Healthz).components.gpu?.message ?? '', /push: DCGM \(running\)/);
+    env.dcgm.lost = true;
+    env.writeDcgm();
+    await agent.waitFor((l) => l.msg === 'DCGM host engine connection lost', 20_000);
+    type Conditions = { conditions: { type: string; status: string; reason: string }[] };
+    const end = Date.now() + 10_000;
+    let accel: Conditions['conditions'][number] | undefined;
+    while (Date.now() < end) {
+      accel = ((await agent.get('/conditions')) as Conditions).conditions.find((c) => c.type === 'AcceleratedHardwareReady');
+      if (accel?.status === 'Unknown') break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(accel?.status, 'Unknown');
+    assert.equal(accel?.reason, 'DcgmHostEngineUnavailable');
+    const down = await agent.fetch('/healthz');
+    assert.equal(down.status, 503);
+    assert.match(JSON.stringify(down.body), /gpu\.dcgm/);
   },
 );

@@ -153,9 +153,17 @@ function decode(ptr: unknown): DcgmViolation {
   return out;
 }
 
-function teardown(): void {
+/** Lets a callback DCGM's thread is delivering right now run (koffi queued it onto this loop). */
+const drain = () => new Promise((r) => setTimeout(r, 20));
+
+/**
+ * Unregisters, lets a callback in flight finish, then disconnects and shuts down: dcgmShutdown joins
+ * DCGM's threads, which would deadlock on a callback still waiting for this thread.
+ */
+async function teardown(): Promise<void> {
   if (connected) {
     call('dcgmPolicyUnregister', handle, DCGM_GROUP_ALL_GPUS, init.conditions);
+    await drain();
     call(init.mode === 'embedded' ? 'dcgmStopEmbedded' : 'dcgmDisconnect', handle);
     connected = false;
   }
@@ -168,7 +176,7 @@ function failure(err: unknown) {
   return { fn: null, rc: null, message: errorMessage(err) };
 }
 
-function main(): void {
+async function main(): Promise<void> {
   const timer: { probe?: NodeJS.Timeout } = {};
   const end = (m: DcgmMessage) => {
     clearInterval(timer.probe);
@@ -191,7 +199,7 @@ function main(): void {
     post({ kind: 'ready', devices: list });
   } catch (err) {
     try {
-      if (api) teardown();
+      if (api) await teardown();
     } catch {
       // best effort
     }
@@ -203,20 +211,19 @@ function main(): void {
     const ids = new Uint32Array(32);
     const rc = call('dcgmGetAllSupportedDevices', handle, ids, [0]);
     if (rc !== DCGM_RETURN.CONNECTION_NOT_VALID) return;
-    connected = false;
-    call('dcgmShutdown');
     const msg = `dcgmGetAllSupportedDevices returned DCGM_ST_${dcgmReturnName(rc)} (${rc}): ${String(api.dcgmErrorString(rc))}`;
-    end({ kind: 'lost', failure: { fn: 'dcgmGetAllSupportedDevices', rc, message: msg } });
+    connected = false;
+    clearInterval(timer.probe);
+    void drain().then(() => {
+      call('dcgmShutdown');
+      end({ kind: 'lost', failure: { fn: 'dcgmGetAllSupportedDevices', rc, message: msg } });
+    });
   }, init.probeMs);
   parentPort!.on('message', (req: DcgmRequest) => {
     if (req.op !== 'stop') return;
-    try {
-      teardown();
-    } finally {
-      end({ kind: 'stopped' });
-    }
+    void teardown().finally(() => end({ kind: 'stopped' }));
   });
 }
 
 if (!parentPort) throw new Error('worker.ts runs only as a worker thread (see client.ts)');
-main();
+void main();
