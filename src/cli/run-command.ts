@@ -133,17 +133,22 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
 
   // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow;
   // listening to the engine before the monitors start, so a Fatal fault found at start counts.
-  const { createDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
+  // Loaded only when on: the module pulls in the Kubernetes client (tens of MiB of RSS).
+  const wantDiagnostics = (kube !== undefined && config.diagnostics.requests.enabled) || config.diagnostics.autoCapture.enabled;
   // Declared after the Agent, whose HTTP route reads it only once serving (after this line).
-  const diagnostics = await createDiagnostics({
-    config,
-    ...(opts.config ? { configPath: opts.config } : {}),
-    log,
-    registry: agent.registry,
-    engine: agent.engine,
-    nodeName,
-    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
-  });
+  const diagnostics = wantDiagnostics
+    ? await (
+        await import('../diagnostics/node-diagnostic/index.ts')
+      ).createDiagnostics({
+        config,
+        ...(opts.config ? { configPath: opts.config } : {}),
+        log,
+        registry: agent.registry,
+        engine: agent.engine,
+        nodeName,
+        ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
+      })
+    : undefined;
   let listen: { port: number; address: string };
   try {
     listen = await agent.start();
