@@ -14,7 +14,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../test/helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, kubeAgentArgs } from '../test/helpers/agent-process.ts';
 import { startCluster } from '../test/helpers/cluster.ts';
 import { runSelfHealing, startKarpenter, watchRepair } from '../test/helpers/karpenter.ts';
 
@@ -36,17 +36,7 @@ export async function benchKarpenter(): Promise<Record<string, number>> {
         pool: 'bench',
         dir,
         pci: uniquePci(),
-        startAgent: (node) =>
-          startAgent([
-            '--kubeconfig',
-            cluster.vigilKubeconfig,
-            '--node-name',
-            node,
-            '--state-dir',
-            path.join(dir, 'state'),
-            '--config',
-            config,
-          ]),
+        startAgent: (node) => startAgent(kubeAgentArgs(cluster.vigilKubeconfig, node, path.join(dir, 'state'), config)),
         writeFault: (pci) => writeKmsg(`NVRM: Xid (PCI:${pci}): 79, pid=4242, name=bench, GPU has fallen off the bus.`, 4),
       });
       return {

@@ -26,7 +26,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import * as k8s from '@kubernetes/client-node';
-import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, type AgentProcess, kubeAgentArgs } from '../test/helpers/agent-process.ts';
 import { startCluster } from '../test/helpers/cluster.ts';
 import { rssMiB } from './idle.ts';
 
@@ -125,16 +125,7 @@ export async function benchKubernetes(): Promise<Record<string, number>> {
         `kernelLog:\n  userRules: [${rules}]\n`,
       ),
     );
-    const agent = await startAgent([
-      '--kubeconfig',
-      cluster.vigilKubeconfig,
-      '--node-name',
-      node,
-      '--state-dir',
-      path.join(dir, 'latency-state'),
-      '--config',
-      config,
-    ]);
+    const agent = await startAgent(kubeAgentArgs(cluster.vigilKubeconfig, node, path.join(dir, 'latency-state'), config));
     agents.push(agent);
     await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
 

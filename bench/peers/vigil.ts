@@ -4,7 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { kernelLogOnlyConfig, startAgent, type AgentProcess } from '../../test/helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, type AgentProcess, kubeAgentArgs } from '../../test/helpers/agent-process.ts';
 
 /** Vigil's condition for a Fatal Xid (catalog: NvidiaXID79Error). */
 export const VIGIL_XID_CONDITION = 'AcceleratedHardwareReady';
@@ -26,16 +26,7 @@ export async function startVigilAgent(o: VigilRunOptions): Promise<AgentProcess>
       ? kernelLogOnlyConfig(['kubernetes:', '  mode: "on"'])
       : ['kernelLog:', `  path: ${o.mode.kernelLogPath}`, 'kubernetes:', '  mode: "on"', ''].join('\n');
   writeFileSync(config, text);
-  return startAgent([
-    '--kubeconfig',
-    o.kubeconfig,
-    '--node-name',
-    o.nodeName,
-    '--state-dir',
-    path.join(o.dir, `${o.name}-state`),
-    '--config',
-    config,
-  ]);
+  return startAgent(kubeAgentArgs(o.kubeconfig, o.nodeName, path.join(o.dir, `${o.name}-state`), config));
 }
 
 /** Sum of every sample of the named metric in a Prometheus text exposition. */

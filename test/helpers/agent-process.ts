@@ -148,3 +148,8 @@ export function kernelLogOnlyConfig(extra: string[] = []): string {
     '',
   ].join('\n');
 }
+
+/** `vigil run` arguments for an agent reporting to a cluster as `node`. */
+export function kubeAgentArgs(kubeconfig: string, node: string, stateDir: string, config: string): string[] {
+  return ['--kubeconfig', kubeconfig, '--node-name', node, '--state-dir', stateDir, '--config', config];
+}

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startAgent, uniquePci, writeKmsg, kernelLogOnlyConfig } from '../helpers/agent-process.ts';
+import { startAgent, uniquePci, writeKmsg, kernelLogOnlyConfig, kubeAgentArgs } from '../helpers/agent-process.ts';
 import { conditionsOf, eventsFor, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;
@@ -31,16 +31,7 @@ test('Xid 79 on /dev/kmsg becomes AcceleratedHardwareReady=False (NvidiaXID79Err
   // Host monitors and NVML are off so only the kernel log decides this node's state.
   writeFileSync(config, kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  heartbeat: 5m', '  coalesce: 100ms']));
   const pci = uniquePci();
-  const agent = await startAgent([
-    '--kubeconfig',
-    cluster.vigilKubeconfig,
-    '--node-name',
-    node,
-    '--state-dir',
-    path.join(dir, 'state'),
-    '--config',
-    config,
-  ]);
+  const agent = await startAgent(kubeAgentArgs(cluster.vigilKubeconfig, node, path.join(dir, 'state'), config));
   try {
     await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
     writeKmsg(`NVRM: Xid (PCI:${pci}): 79, pid=1234, name=python3, GPU has fallen off the bus.`);

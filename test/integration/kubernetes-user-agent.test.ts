@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startAgent, kernelLogOnlyConfig } from '../helpers/agent-process.ts';
+import { startAgent, kernelLogOnlyConfig, kubeAgentArgs } from '../helpers/agent-process.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -55,16 +55,7 @@ test('every request of the agent to the API server carries User-Agent vigil/<ver
   await cluster.createNode(node);
   const config = path.join(dir, 'vigil.yaml');
   writeFileSync(config, kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms']));
-  const agent = await startAgent([
-    '--kubeconfig',
-    cluster.vigilKubeconfig,
-    '--node-name',
-    node,
-    '--state-dir',
-    path.join(dir, 'state'),
-    '--config',
-    config,
-  ]);
+  const agent = await startAgent(kubeAgentArgs(cluster.vigilKubeconfig, node, path.join(dir, 'state'), config));
   t.after(() => agent.stop());
   // A read of the Node and a status patch: the two kinds of request the sink makes on start.
   const seen = await waitFor(

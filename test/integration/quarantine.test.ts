@@ -22,7 +22,7 @@ import {
   allowedQuarantined,
   type QuarantineOptions,
 } from '../../src/remediation/quarantine.ts';
-import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, kubeAgentArgs } from '../helpers/agent-process.ts';
 import {
   ADMISSION_POLICY_YAML,
   captureLog,
@@ -257,16 +257,7 @@ test(
       ]),
     );
     const kubeconfig = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode(node), `pod-on-${node}`);
-    const agent = await startAgent([
-      '--kubeconfig',
-      kubeconfig,
-      '--node-name',
-      node,
-      '--state-dir',
-      path.join(dir, 'state'),
-      '--config',
-      config,
-    ]);
+    const agent = await startAgent(kubeAgentArgs(kubeconfig, node, path.join(dir, 'state'), config));
     stops.push(async () => void (await agent.stop()));
     await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
     const pci = uniquePci();
