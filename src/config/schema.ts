@@ -168,6 +168,8 @@ export const diagnosticsConfig = z.strictObject({
     .prefault({}),
   /** Upload attempts before the bundle is kept on the node instead. */
   uploadAttempts: z.number().int().min(1).max(20).default(5),
+  /** Each collector is cut (and recorded as timed out) after this long. */
+  collectorTimeout: positiveDuration('30s'),
 });
 
 export const configSchema = z.strictObject({

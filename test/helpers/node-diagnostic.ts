@@ -48,7 +48,7 @@ export interface NodeDiagnosticObject {
     observedUID?: string;
     startTime?: string;
     completionTime?: string;
-    manifest?: { categories?: string[]; collectors?: number; totalBytes?: number };
+    manifest?: { categories?: string[]; collectors?: number; failedCollectors?: number; totalBytes?: number };
   };
 }
 
@@ -179,7 +179,10 @@ export interface BundleManifestLike {
   version: number;
   node?: string;
   categories: string[];
-  collectors: { name: string; category: string; file?: string }[];
+  collectors: { name: string; category: string; file?: string; durationMs?: number; error?: string; timedOut?: boolean }[];
+  /** Collectors that ended with an error (timeouts included). */
+  errors?: number;
+  limits?: { collectorTimeoutMs: number };
 }
 
 /** The bundle's manifest.json (at the top, or in the bundle's one top folder). */

@@ -19,6 +19,7 @@ import {
   nodeDiagnostics,
   pointNodeAtThisMachine,
   startPutServer,
+  tarRead,
   type NodeDiagnosticObject,
   type PutServer,
 } from '../helpers/node-diagnostic.ts';
@@ -48,24 +49,28 @@ async function agentFor(
   extra: string[] = [],
   stateDir = path.join(dir, `state-${node}`),
   userRules?: string,
+  env: NodeJS.ProcessEnv = {},
 ): Promise<AgentProcess> {
   const config = path.join(dir, `${node}.yaml`);
   const text = kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms', 'diagnostics:', '  uploadAttempts: 2', ...extra]);
   writeFileSync(config, userRules ? text.replace('kernelLog:\n', `kernelLog:\n  userRules: [${JSON.stringify(userRules)}]\n`) : text);
   const kubeconfig = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode(node), `agent-${node}`);
-  const agent = await startAgent([
-    '--kubeconfig',
-    kubeconfig,
-    '--node-name',
-    node,
-    '--state-dir',
-    stateDir,
-    '--config',
-    config,
-    // Not loopback: the node proxy reaches the agent on the Node's address.
-    '--listen',
-    '0.0.0.0:0',
-  ]);
+  const agent = await startAgent(
+    [
+      '--kubeconfig',
+      kubeconfig,
+      '--node-name',
+      node,
+      '--state-dir',
+      stateDir,
+      '--config',
+      config,
+      // Not loopback: the node proxy reaches the agent on the Node's address.
+      '--listen',
+      '0.0.0.0:0',
+    ],
+    env,
+  );
   agents.add(agent);
   return agent;
 }
@@ -86,6 +91,14 @@ async function finished(name: string): Promise<NodeDiagnosticObject> {
     240_000,
     250,
   );
+}
+
+/** The bundle PUT to `key` (path and query) for a finished NodeDiagnostic, read back with its manifest. */
+function uploadedBundle(key: string, done: NodeDiagnosticObject) {
+  const upload = put.received.get(key);
+  assert.ok(upload, `uploaded: ${[...put.received.keys()].join(', ')}`);
+  assert.equal(upload.bytes, done.status?.bytes, 'status.bytes is the uploaded size');
+  return { upload, ...bundleManifest(upload.file) };
 }
 
 test(
@@ -109,13 +122,10 @@ test(
       assert.equal(done.status?.observedUID, created.metadata?.uid);
       assert.equal(done.status?.keptOnNode, false);
       assert.ok(done.status?.startTime && done.status.completionTime);
-      const upload = put.received.get(`/a.tar.gz?X-Amz-Signature=${secret}`);
-      assert.ok(upload, `uploaded: ${[...put.received.keys()].join(', ')}`);
-      assert.equal(upload.bytes, done.status?.bytes, 'status.bytes is the uploaded size');
+      const { upload, manifest, entries } = uploadedBundle(`/a.tar.gz?X-Amz-Signature=${secret}`, done);
       assert.equal(upload.contentLength, upload.bytes, 'sent with a Content-Length (presigned S3 PUTs need one)');
       assert.equal(done.status?.location, `${put.url}/a.tar.gz?…`);
 
-      const { manifest, entries } = bundleManifest(upload.file);
       assert.deepEqual([...manifest.categories].sort(), ['kernel', 'vigil']);
       assert.equal(manifest.node, node);
       const categories = new Set(manifest.collectors.map((c) => c.category));
@@ -159,6 +169,63 @@ test(
         200,
         'its own node is allowed',
       );
+    } finally {
+      await stopAgent(agent);
+    }
+  },
+);
+
+test(
+  'a NodeDiagnostic whose collector hangs ends Succeeded and uploaded, with that collector cut at its timeout and recorded in status and manifest',
+  { timeout: 300_000 },
+  async () => {
+    const node = 'ndiag-hang';
+    await cluster.createNode(node);
+    const t = Math.random().toString(36).slice(2, 10);
+    const script = path.join(dir, `hang-${t}.sh`);
+    writeFileSync(script, `#!/bin/sh\necho "hang ${t} started"\nexec sleep 600\n`, { mode: 0o755 });
+    // The agent's capture child inherits the override: kernel/modules becomes a command that never ends.
+    const agent = await agentFor(node, ['  collectorTimeout: 2s'], undefined, undefined, {
+      VIGIL_DIAGNOSE_COMMANDS: JSON.stringify({ 'kernel/modules': [script] }),
+    });
+    try {
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      await nodeDiagnostics(cluster.adminKubeconfig).create(node, {
+        categories: ['kernel', 'vigil'],
+        delivery: `${put.url}/hang-${t}.tar.gz`,
+      });
+      const done = await finished(node);
+      assert.equal(done.status?.phase, 'Succeeded', JSON.stringify(done.status));
+      assert.equal(done.status?.manifest?.failedCollectors, 1, JSON.stringify(done.status?.manifest));
+      assert.equal(done.status?.errors?.length, 1, JSON.stringify(done.status?.errors));
+      assert.match(done.status?.errors?.[0] ?? '', /^kernel\/modules: .*timed out/);
+
+      const { upload, manifest, entries } = uploadedBundle(`/hang-${t}.tar.gz`, done);
+      assert.equal(manifest.errors, 1);
+      const hung = manifest.collectors.find((c) => c.name === 'kernel/modules');
+      assert.ok(hung, 'the hung collector is in the manifest');
+      assert.equal(hung.timedOut, true);
+      assert.match(hung.error ?? '', /timed out/);
+      const limit = manifest.limits?.collectorTimeoutMs ?? 0;
+      assert.ok(limit > 0 && limit < 600_000, `a collector timeout below the script's 600 s: ${limit}`);
+      assert.ok(
+        (hung.durationMs ?? 0) >= limit * 0.95 && (hung.durationMs ?? 0) < limit + 30_000,
+        `cut at its ${limit} ms timeout (${hung.durationMs} ms)`,
+      );
+      // What it wrote before the cut is kept.
+      const member = entries.find((e) => hung.file && e.endsWith(hung.file));
+      assert.ok(member, `${hung.file} in the archive`);
+      assert.match(tarRead(upload.file, member), new RegExp(`hang ${t} started`));
+      // The rest of both categories was collected.
+      for (const c of manifest.collectors.filter((x) => x !== hung)) {
+        assert.equal(c.timedOut, undefined, `${c.name} did not time out`);
+        assert.equal(c.error, undefined, `${c.name}: ${c.error}`);
+      }
+      for (const name of ['kernel/kmsg', 'kernel/info', 'vigil/version'])
+        assert.ok(
+          manifest.collectors.some((c) => c.name === name && c.file && entries.some((e) => e.endsWith(c.file!))),
+          `${name} collected`,
+        );
     } finally {
       await stopAgent(agent);
     }

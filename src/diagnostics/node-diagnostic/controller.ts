@@ -390,6 +390,7 @@ export class DiagnosticsController implements Sink {
           output: partial,
           node: nodeName,
           stateDir: this.o.stateDir,
+          collectorTimeoutMs: this.o.config.collectorTimeout,
           ...(this.o.configPath ? { configPath: this.o.configPath } : {}),
           ...(this.o.kernelLogPath ? { kernelLogPath: this.o.kernelLogPath } : {}),
           ...(job.request.since ? { since: job.request.since } : {}),
