@@ -133,22 +133,17 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
 
   // Diagnostic captures (NodeDiagnostic requests, automatic capture on Fatal), beside the flow;
   // listening to the engine before the monitors start, so a Fatal fault found at start counts.
-  // Loaded only when on: the module pulls in the Kubernetes client (tens of MiB of RSS).
-  const wantDiagnostics = (kube !== undefined && config.diagnostics.requests.enabled) || config.diagnostics.autoCapture.enabled;
+  const { createDiagnostics } = await import('../diagnostics/node-diagnostic/index.ts');
   // Declared after the Agent, whose HTTP route reads it only once serving (after this line).
-  const diagnostics = wantDiagnostics
-    ? await (
-        await import('../diagnostics/node-diagnostic/index.ts')
-      ).createDiagnostics({
-        config,
-        ...(opts.config ? { configPath: opts.config } : {}),
-        log,
-        registry: agent.registry,
-        engine: agent.engine,
-        nodeName,
-        ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
-      })
-    : undefined;
+  const diagnostics = await createDiagnostics({
+    config,
+    ...(opts.config ? { configPath: opts.config } : {}),
+    log,
+    registry: agent.registry,
+    engine: agent.engine,
+    nodeName,
+    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
+  });
   let listen: { port: number; address: string };
   try {
     listen = await agent.start();

@@ -9,9 +9,8 @@ import type { Registry } from 'prom-client';
 import type { Engine } from '../../engine/engine.ts';
 import type { VigilConfig } from '../../config/load.ts';
 import type { EventRecorder } from '../../sinks/kubernetes/events.ts';
-import { DiagnosticsController } from './controller.ts';
-
-export { DiagnosticsController };
+// Type only: the controller (and with it the Kubernetes client, tens of MiB) loads only when on.
+import type { DiagnosticsController } from './controller.ts';
 
 export interface DiagnosticsOptions {
   config: VigilConfig;
@@ -29,6 +28,7 @@ export async function createDiagnostics(o: DiagnosticsOptions): Promise<Diagnost
   const requests = Boolean(o.kube) && d.requests.enabled;
   if (!requests && !d.autoCapture.enabled) return undefined;
   const clients = o.kube ? (await import('../../sinks/kubernetes/client.ts')).makeClients(o.kube.kubeconfig) : undefined;
+  const { DiagnosticsController } = await import('./controller.ts');
   const controller = new DiagnosticsController({
     nodeName: o.nodeName,
     log: o.log,
