@@ -1,4 +1,5 @@
 /** Builds the enabled monitors from configuration. The only place that knows every monitor. */
+import { summarizeCounts } from '../util/summarize.ts';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { ConditionType, FindingSink } from '../api/types.ts';
@@ -118,12 +119,20 @@ function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor 
     registry: ctx.registry,
     onCursor: () => ctx.markDirty(),
     onError: (err) => ctx.log.warn({ err, monitor: 'kernel-log' }, `kernel log: ${err.message}`),
-    // Each loss is logged once with its count; /healthz shows the monitor degraded for a while.
-    onLost: (lost, total) =>
+    // Losses and sheds are logged with their counts, at most once per 10 s (a storm reports them
+    // batch by batch); /healthz shows the monitor degraded for a while after a loss.
+    onLost: summarizeCounts((lost, total) =>
       ctx.log.warn(
         { event: 'kmsg_lost', monitor: 'kernel-log', lost, total },
         `${lost} kernel log records were lost to a ring overrun (the agent was stopped or too slow); ${total} since start`,
       ),
+    ),
+    onShed: summarizeCounts((shed, total) =>
+      ctx.log.warn(
+        { event: 'kmsg_shed', monitor: 'kernel-log', shed, total },
+        `${shed} kernel log records that match no rule were shed unclassified while the agent was behind; ${total} since start`,
+      ),
+    ),
   });
   return {
     monitor,

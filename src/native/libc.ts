@@ -3,7 +3,7 @@
  * src/sources/nvml/native.ts). libc is bound on first use, so commands that never need it
  * (`vigil scan`, `vigil --help`) never load koffi.
  *
- * The kmsg poll worker runs in its own thread and binds poll(2) there; it gets the library name and
+ * The kmsg read thread runs in its own thread and binds poll(2) there; it gets the library name and
  * the declaration from here (POLL_WORKER_LIBC) instead of spelling them itself.
  */
 import { createRequire } from 'node:module';
@@ -65,7 +65,7 @@ function bind(): { libc: Libc } | { error: Error } {
   }
 }
 
-/** What the poll worker (plain CommonJS in a worker thread) needs to bind poll(2) itself. */
+/** What the kmsg read thread (plain CommonJS in a worker thread) needs to bind poll(2) itself. */
 export function pollWorkerLibc(): { koffiPath: string; soname: string; poll: string } {
   return { koffiPath: require.resolve('koffi'), soname: LIBC_SONAME, poll: DECLARATIONS.poll };
 }

@@ -1,6 +1,6 @@
 /**
  * KmsgReader on the real /dev/kmsg (needs root): records written now come back, with their
- * level and facility; the poll worker is used, wakes only when records arrive, stops at once and
+ * level and facility; the read thread is used, wakes the main thread only when records arrive, stops at once and
  * never holds the process open; a restart from the saved cursor replays nothing.
  *
  * Writes are `<3>vigil-test-<random> ...\n`: the trailing newline matters (without it the kernel
@@ -66,13 +66,13 @@ function collector() {
   };
 }
 
-test('records written to /dev/kmsg come back through the poll worker', { skip }, async () => {
+test('records written to /dev/kmsg come back through the read thread', { skip }, async () => {
   const c = collector();
   const errors: Error[] = [];
   const r = new KmsgReader({ lookbackMs: 0, onRecords: (x) => c.onRecords(x), onError: (e) => errors.push(e) });
   r.start();
   try {
-    assert.equal(r.waitMode, 'poll', `the poll worker started (errors: ${errors.map((e) => e.message).join('; ')})`);
+    assert.equal(r.waitMode, 'thread', `the read thread started (errors: ${errors.map((e) => e.message).join('; ')})`);
     const t0 = process.hrtime.bigint();
     writeKmsg(`${TAG} first record`);
     await c.until(1);
@@ -97,7 +97,7 @@ test('records written to /dev/kmsg come back through the poll worker', { skip },
     assert.ok(c.mine[0].seq < c.mine[1].seq && c.mine[1].seq < c.mine[2].seq);
     assert.ok(Math.abs(r.timeOf(c.mine[0]) - Date.now()) < 5_000, 'record time is close to now');
 
-    // Quiet log: the worker sleeps in poll(2); the main thread is woken only for new records.
+    // Quiet log: the read thread sleeps in poll(2); the main thread is woken only for new records.
     const wakeups = r.wakeups;
     const read = r.recordsRead;
     await new Promise((res) => setTimeout(res, 1500));
@@ -152,7 +152,87 @@ test('a running reader that is never stopped does not keep the process from exit
   });
   const ms = Date.now() - t;
   assert.equal(res.status, 0, res.stderr);
-  assert.equal(res.stdout.trim(), 'poll');
-  // Startup of node + tsx dominates; a worker stuck in poll(2) would hang until the timeout.
+  assert.equal(res.stdout.trim(), 'thread');
+  // Startup of node + tsx dominates; a thread stuck in poll(2) would hang until the timeout.
   assert.ok(ms < 8_000, `exited after ${ms} ms`);
 });
+
+/** Holds the main thread for `ms` while the read thread goes on reading (its queue fills up). */
+function blockMainThread(ms: number): void {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    /* busy: no message from the read thread is taken meanwhile */
+  }
+}
+
+test('when the main thread falls behind, noise is shed and counted, and every line a rule can match arrives', { skip }, async () => {
+  const c = collector();
+  const limits = { highRecords: 8, highChars: 1 << 20, hardRecords: 100_000, hardChars: 64 << 20 };
+  const r = new KmsgReader({ lookbackMs: 0, keep: [/NVRM: Xid/], limits, onRecords: (x) => c.onRecords(x) });
+  r.start();
+  try {
+    assert.equal(r.waitMode, 'thread');
+    const xids = [100, 200, 299].map(
+      (i) => `${TAG} NVRM: Xid (PCI:0000:${(i % 256).toString(16).padStart(2, '0')}:00): 79, GPU has fallen off the bus.`,
+    );
+    // Written in one synchronous loop: the main thread takes nothing the thread posts until the end.
+    for (let i = 0; i < 300; i++) {
+      const x = [100, 200, 299].indexOf(i);
+      writeKmsg(x >= 0 ? xids[x] : `${TAG} noise ${i}`, x >= 0 ? 4 : 6);
+    }
+    await until(() => c.mine.filter((m) => m.message.includes('NVRM: Xid')).length === 3, 15_000);
+    await new Promise((res) => setTimeout(res, 300));
+    const noise = c.mine.filter((m) => m.message.includes(' noise '));
+    assert.deepEqual(
+      c.mine.filter((m) => m.message.includes('NVRM: Xid')).map((m) => m.message),
+      xids,
+      'every line a rule can match is delivered, in order',
+    );
+    assert.ok(noise.length < 100, `most noise was shed (${noise.length} of 297 delivered)`);
+    assert.ok(r.recordsShed >= 297 - noise.length, `shed ${r.recordsShed}, at least the ${297 - noise.length} noise records not delivered`);
+    assert.equal(r.recordsLost, 0, 'nothing was lost in the kernel');
+  } finally {
+    await r.stop();
+  }
+});
+
+test('at its hard bound the read thread stops reading and resumes once the main thread catches up', { skip }, async () => {
+  const c = collector();
+  const limits = { highRecords: 8, highChars: 1 << 20, hardRecords: 16, hardChars: 64 << 20 };
+  // No keep patterns: nothing may be shed, so the bound can only hold by not reading.
+  const batches: number[] = [];
+  const r = new KmsgReader({
+    lookbackMs: 0,
+    limits,
+    onRecords: (x) => {
+      const mine = x.filter((m) => m.message.includes(TAG)).length;
+      if (mine) batches.push(mine);
+      c.onRecords(x);
+    },
+  });
+  r.start();
+  try {
+    for (let i = 0; i < 100; i++) writeKmsg(`${TAG} bounded ${i}`, 6);
+    blockMainThread(200);
+    await c.until(100);
+    // Unbounded, the thread would have posted all 100 before the main thread took any: the first
+    // delivery would be a full batch of 64.
+    assert.ok(batches[0] <= 16, `the first delivery held ${batches[0]} records (bound 16)`);
+    assert.deepEqual(
+      c.mine.map((m) => m.message.slice(TAG.length + 1)),
+      Array.from({ length: 100 }, (_, i) => `bounded ${i}`),
+    );
+    assert.equal(r.recordsShed, 0);
+    assert.equal(r.recordsLost, 0);
+  } finally {
+    await r.stop();
+  }
+});
+
+async function until(ok: () => boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`not reached within ${ms} ms`);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+}

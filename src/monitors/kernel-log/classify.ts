@@ -134,6 +134,15 @@ export class KernelLogClassifier {
     this.xid79DedupMs = opts.xid79DedupMs ?? 300_000;
   }
 
+  /**
+   * Every pattern through which a line can become a finding: a line that matches none of them is
+   * noise, which the kmsg reader may shed when it falls behind. (An NPD multi-line rule's pattern
+   * is tested on the line alone, so its context lines can be shed.)
+   */
+  keepPatterns(): RegExp[] {
+    return [this.prefilter, ...this.userRules.map((r) => r.re), ...this.npd.flatMap((n) => n.config.rules.map((r) => r.re))];
+  }
+
   /** Known PCI address -> GPU UUID pairs (from the driver's "GPU at PCI" lines). */
   gpuUuids(): ReadonlyMap<string, string> {
     return this.uuids;

@@ -26,7 +26,7 @@ export interface KernelLogMonitorOptions {
   /** The persisted cursor from the state store, if any. */
   cursor?: KmsgCursor;
   /** Reader settings: path, lookbackMs, newBootLookbackMs, batchSize, wait, intervalMs. */
-  reader?: Omit<KmsgReaderOptions, 'cursor' | 'registry' | 'onRecords' | 'onLost' | 'onError'>;
+  reader?: Omit<KmsgReaderOptions, 'cursor' | 'registry' | 'onRecords' | 'onLost' | 'onShed' | 'onError' | 'keep'>;
   classifier?: ClassifierOptions;
   registry?: Registry;
   /**
@@ -36,6 +36,8 @@ export interface KernelLogMonitorOptions {
   kernelOnly?: boolean;
   /** Called on each ring overrun with the records lost and the total since start (to log it once). */
   onLost?: (lost: number, total: number) => void;
+  /** Called when the reader shed noise under load, with the count and the total since start. */
+  onShed?: (shed: number, total: number) => void;
   /** How long /healthz shows the monitor degraded after records were lost (default 10 min). */
   lostDegradedMs?: number;
   /** Called after every batch with the new cursor (e.g. to schedule a state save). */
@@ -57,6 +59,8 @@ export class KernelLogMonitor implements Monitor {
   private out: FindingSink | undefined;
   /** Records lost to ring overruns since start (also in vigil_kmsg_lost_records_total). */
   lost = 0;
+  /** Noise records the reader shed under load since start (also in vigil_kmsg_shed_records_total). */
+  shed = 0;
   private lastLossAt = 0;
 
   constructor(private readonly opts: KernelLogMonitorOptions = {}) {
@@ -71,8 +75,9 @@ export class KernelLogMonitor implements Monitor {
   /** For /healthz: whether it reads, and what it lost (degraded for a while after a loss). */
   status(): { state: 'ok' | 'degraded' | 'failed'; message: string } {
     if (!this.reader) return { state: 'failed', message: 'not reading the kernel log' };
-    if (this.lost === 0) return { state: 'ok', message: 'reading the kernel log; no records lost' };
-    const message = `${this.lost} records lost to kernel ring overruns since start, last at ${new Date(this.lastLossAt).toISOString()}`;
+    const shed = this.shed ? `; ${this.shed} noise records (matching no rule) shed under load` : '';
+    if (this.lost === 0) return { state: 'ok', message: `reading the kernel log; no records lost${shed}` };
+    const message = `${this.lost} records lost to kernel ring overruns since start, last at ${new Date(this.lastLossAt).toISOString()}${shed}`;
     const recent = this.now() - this.lastLossAt < (this.opts.lostDegradedMs ?? 10 * 60_000);
     return { state: recent ? 'degraded' : 'ok', message };
   }
@@ -99,7 +104,12 @@ export class KernelLogMonitor implements Monitor {
         this.lastLossAt = this.now();
         this.opts.onLost?.(n, this.lost);
       },
+      onShed: (n) => {
+        this.shed += n;
+        this.opts.onShed?.(n, this.shed);
+      },
       onError: (err) => this.opts.onError?.(err),
+      keep: this.classifier.keepPatterns(),
     };
     if (this.lastCursor) ro.cursor = this.lastCursor;
     if (this.opts.registry) ro.registry = this.opts.registry;

@@ -1,12 +1,13 @@
 /**
  * Reads kernel log records from /dev/kmsg as they arrive.
  *
- * The fd is opened O_RDONLY|O_NONBLOCK; each readSync returns exactly one record (the buffer must
- * be >= 8 KiB or the kernel drops the record with EINVAL). Each turn of the event loop reads all
- * the kernel has (up to READ_AHEAD records kept in memory) and delivers one bounded batch, so the
- * ring is emptied at read speed while classification of a burst proceeds batch by batch, without
- * starving the HTTP server; when all is delivered, a Waiter (a worker blocked in poll(2), see
- * wait.ts) says when more arrive, so a quiet log costs nothing on the main thread.
+ * Each read of the device returns exactly one record (the buffer must be >= 8 KiB or the kernel
+ * drops the record with EINVAL). On the real device a thread of its own reads (read-thread.ts):
+ * it empties the ring at read speed whatever the main thread does, sheds noise (counted) when the
+ * main thread falls behind, and sleeps in poll(2) while the log is quiet, so a quiet log costs
+ * nothing on the main thread. Records are delivered in bounded batches, one per turn of the event
+ * loop, so classifying a burst never starves the HTTP server. Without the thread (a test device,
+ * or koffi unavailable) the main thread reads, with the fd O_NONBLOCK, re-checking on an interval.
  * EPIPE means the ring overwrote records we had not read: the gap is counted from sequence
  * numbers and reading continues from the oldest record left.
  *
@@ -27,7 +28,8 @@ import { Counter, type Registry } from 'prom-client';
 import { readBootId } from '../../util/boot-id.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
-import { IntervalWaiter, PollWaiter, type Waiter, type WaiterHandlers } from './wait.ts';
+import { ReadThread, type ReadItem, type ReadThreadLimits } from './read-thread.ts';
+import { IntervalWaiter } from './wait.ts';
 
 /** Where the reader is: persisted by the state store so a restart neither replays nor skips. */
 export interface KmsgCursor {
@@ -52,13 +54,22 @@ export interface KmsgReaderOptions {
   newBootLookbackMs?: number;
   /** Records per batch before yielding to the event loop (default 64). */
   batchSize?: number;
-  /** How to wait for data: 'auto' tries the poll worker and falls back to 'interval'. */
-  wait?: 'auto' | 'poll' | 'interval';
+  /** How to read: 'auto' tries the read thread and falls back to 'interval' (main thread, re-checking). */
+  wait?: 'auto' | 'thread' | 'interval';
   /** Re-check period of the interval fallback (default 200 ms). */
   intervalMs?: number;
+  /**
+   * Records that can raise a finding match one of these; only records that match none are shed
+   * when the main thread falls behind. Without patterns nothing is shed (reading pauses at the bound).
+   */
+  keep?: readonly RegExp[];
+  /** The read thread's queue bounds (test seam; defaults in read-thread.ts). */
+  limits?: ReadThreadLimits;
   registry?: Registry;
   onRecords?: (records: KmsgRecord[]) => void;
   onLost?: (n: number) => void;
+  /** Records shed under load (noise that could raise no finding), per batch that shed any. */
+  onShed?: (n: number) => void;
   onError?: (err: Error) => void;
   /** Test seams. */
   io?: KmsgIo;
@@ -104,12 +115,14 @@ export class KmsgReader {
   bootTimeMs = 0;
   recordsRead = 0;
   recordsLost = 0;
+  /** Records the read thread shed under load: noise that could raise no finding. */
+  recordsShed = 0;
   parseErrors = 0;
   truncated = 0;
-  /** Times the waiter woke the reader (a quiet log should leave this still). */
+  /** Times the main thread was woken to take records (a quiet log should leave this still). */
   wakeups = 0;
 
-  /** Bytes of records read but not yet delivered (bounded by READ_AHEAD_BYTES plus one record). */
+  /** Bytes of records read but not yet delivered (in-thread reading bounds this by READ_AHEAD_BYTES plus one record). */
   get readAheadBytes(): number {
     return this.backlogBytes;
   }
@@ -128,12 +141,17 @@ export class KmsgReader {
   private readonly metrics: ReturnType<typeof kmsgMetrics>;
   private fd = -1;
   private lastSeq: number;
-  private waiter: Waiter | undefined;
+  /** Reading on the main thread: re-checks the device on an interval. */
+  private waiter: IntervalWaiter | undefined;
+  /** Reading in a thread of its own (the normal case on the real device). */
+  private thread: ReadThread | undefined;
   private running = false;
   private draining = false;
   /** Read ahead of delivery, oldest first. */
   private backlog: KmsgRecord[] = [];
   private backlogBytes = 0;
+  /** With the read thread: each backlog record's size as the thread counted it (raw characters). */
+  private backlogChars: number[] = [];
   private immediate: NodeJS.Immediate | undefined;
   private retry: NodeJS.Timeout | undefined;
 
@@ -149,9 +167,9 @@ export class KmsgReader {
     this.metrics = kmsgMetrics(opts.registry);
   }
 
-  /** Which wait strategy is in use ('poll' worker or 'interval' fallback); undefined before start. */
-  get waitMode(): 'poll' | 'interval' | undefined {
-    return this.waiter?.mode;
+  /** How records are read ('thread', or 'interval' on the main thread); undefined before start. */
+  get waitMode(): 'thread' | 'interval' | undefined {
+    return this.thread ? 'thread' : this.waiter ? 'interval' : undefined;
   }
 
   /** The position to persist: the last record handled in this boot (seq -1 before any); never past one read but not delivered. */
@@ -184,8 +202,32 @@ export class KmsgReader {
     this.lastSeq = this.cursor().seq;
     this.backlog = [];
     this.backlogBytes = 0;
+    this.backlogChars = [];
     this.running = true;
-    this.waiter = this.makeWaiter();
+    if (this.io === realIo && (this.opts.wait ?? 'auto') !== 'interval') {
+      // What the ring holds now is read here, at once: records written after start() are then told
+      // apart by position (after the first EAGAIN), not by the printk clock, which can lag the
+      // monotonic clock by milliseconds. The thread continues from the same file position.
+      let state: 'empty' | 'more' | 'failed' = 'failed';
+      try {
+        state = this.readHere();
+      } catch (err) {
+        this.opts.onError?.(toError(err));
+      }
+      try {
+        if (state !== 'failed') this.thread = this.startThread();
+      } catch (err) {
+        this.running = false;
+        this.io.close(this.fd);
+        this.fd = -1;
+        throw err;
+      }
+      if (this.thread) {
+        if (this.backlog.length) this.immediate = setImmediate(() => this.deliverNext());
+        return;
+      }
+    }
+    this.waiter = this.intervalWaiter();
     this.drain();
   }
 
@@ -195,8 +237,12 @@ export class KmsgReader {
     if (this.immediate) clearImmediate(this.immediate);
     if (this.retry) clearTimeout(this.retry);
     const w = this.waiter;
+    const t = this.thread;
     this.waiter = undefined;
+    this.thread = undefined;
     await w?.close();
+    // The thread reads the fd: it must be gone before the fd is closed (and its number reused).
+    await t?.close();
     try {
       this.io.close(this.fd);
     } catch {
@@ -205,119 +251,190 @@ export class KmsgReader {
     this.fd = -1;
   }
 
-  private makeWaiter(): Waiter {
-    const h: WaiterHandlers = {
-      onReady: () => {
-        this.wakeups++;
-        this.drain();
-      },
-      onError: (err) => this.waiterFailed(err),
-    };
+  /** The read thread on the real device; undefined (after saying why) when it cannot start. */
+  private startThread(): ReadThread | undefined {
     const mode = this.opts.wait ?? 'auto';
-    if (mode !== 'interval' && this.io === realIo) {
-      try {
-        return new PollWaiter(this.fd, h);
-      } catch (err) {
-        if (mode === 'poll') throw err;
-        this.opts.onError?.(
-          new Error(`kmsg: poll worker unavailable, polling every ${this.opts.intervalMs ?? 200} ms: ${errorMessage(err)}`),
-        );
-      }
+    if (mode === 'interval' || this.io !== realIo) return undefined;
+    const fallBack = (why: string) =>
+      this.opts.onError?.(new Error(`kmsg: read thread ${why}; reading on the main thread every ${this.opts.intervalMs ?? 200} ms`));
+    try {
+      return new ReadThread(
+        this.fd,
+        {
+          onItems: (items, caughtUp) => this.take(items, caughtUp),
+          onError: (err) => this.opts.onError?.(err),
+          onFailed: (err) => {
+            if (!this.running || !this.thread) return;
+            fallBack(`failed: ${err.message}`);
+            const t = this.thread;
+            this.thread = undefined;
+            void t.close();
+            this.waiter = this.intervalWaiter();
+            this.waiter.arm();
+          },
+        },
+        { ...(this.opts.keep ? { keep: this.opts.keep } : {}), ...(this.opts.limits ? { limits: this.opts.limits } : {}) },
+      );
+    } catch (err) {
+      if (mode === 'thread') throw err;
+      fallBack(`unavailable: ${errorMessage(err)}`);
+      return undefined;
     }
-    return new IntervalWaiter(this.opts.intervalMs ?? 200, h);
   }
 
-  private waiterFailed(err: Error): void {
-    this.opts.onError?.(new Error(`kmsg: wait failed, falling back to interval polling: ${err.message}`));
-    if (!this.running) return;
-    const old = this.waiter;
-    this.waiter = new IntervalWaiter(this.opts.intervalMs ?? 200, {
+  private intervalWaiter(): IntervalWaiter {
+    return new IntervalWaiter(this.opts.intervalMs ?? 200, {
       onReady: () => {
         this.wakeups++;
         this.drain();
       },
       onError: () => {},
     });
-    void old?.close();
-    this.waiter.arm();
   }
 
-  /** Reads what is there (bounded), delivers one batch; schedules the next turn or re-arms the waiter. */
+  /** Records from the read thread: parsed into the backlog now, delivered batch by batch. */
+  private take(items: ReadItem[], caughtUp: boolean): void {
+    if (!this.running) return;
+    this.wakeups++;
+    let dropped = 0;
+    let droppedChars = 0;
+    let shed = 0;
+    for (const item of items) {
+      if (typeof item === 'number') {
+        this.recordsRead++;
+        this.metrics.records.inc();
+        if (this.skipTo(item)) shed++;
+        continue;
+      }
+      if (this.accept(item, this.backlog)) this.backlogChars.push(item.length);
+      else {
+        dropped++;
+        droppedChars += item.length;
+      }
+    }
+    this.thread?.consumed(dropped, droppedChars);
+    if (shed) this.shed(shed);
+    if (caughtUp) this.caughtUp();
+    if (this.backlog.length && !this.immediate) this.immediate = setImmediate(() => this.deliverNext());
+  }
+
+  /** With the read thread: one batch per turn of the event loop until the backlog is empty. */
+  private deliverNext(): void {
+    this.immediate = undefined;
+    if (!this.running) return;
+    this.deliverBatch();
+    if (this.backlog.length) this.immediate = setImmediate(() => this.deliverNext());
+  }
+
+  /** Delivers the oldest batch of the backlog and tells the read thread those records left its queue. */
+  private deliverBatch(): void {
+    if (!this.backlog.length) return;
+    const batch = this.backlog.splice(0, this.batchSize);
+    let records = 0;
+    let chars = 0;
+    for (const c of this.backlogChars.splice(0, batch.length)) {
+      if (c < 0) continue; // read on this thread: never in the thread's queue
+      records++;
+      chars += c;
+    }
+    for (const rec of batch) this.backlogBytes -= recordBytes(rec);
+    this.deliver(batch);
+    this.thread?.consumed(records, chars);
+  }
+
+  /** The ring was read to its end: what was there at start is behind us. */
+  private caughtUp(): void {
+    if (!this.initial) return;
+    this.initial = false;
+    this.liveFromSeq = this.lastSeq + 1;
+  }
+
+  /** Reading on the main thread: reads what is there (bounded), delivers one batch; schedules the next turn or re-arms. */
   private drain(): void {
     this.immediate = undefined;
-    if (!this.running || this.draining) return;
+    if (!this.running || this.draining || !this.waiter) return;
     this.draining = true;
-    const backlog = this.backlog;
-    let more = true;
-    let failed = false;
+    let state: 'empty' | 'more' | 'failed';
     try {
-      // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
-      for (let i = 0; i < READ_AHEAD * 2 && backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
-        let n: number;
-        try {
-          n = this.io.read(this.fd, this.buf);
-        } catch (err) {
-          const code = (err as NodeJS.ErrnoException).code;
-          if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
-            if (this.initial) {
-              this.initial = false;
-              this.liveFromSeq = this.lastSeq + 1;
-            }
-            more = false;
-            break;
-          }
-          if (code === 'EPIPE') continue; // overwritten; the seq gap on the next record says how many
-          if (code === 'EINTR') continue;
-          throw err;
-        }
-        if (n <= 0) {
-          more = false;
-          break;
-        }
-        this.accept(this.buf.toString('utf8', 0, n), backlog);
-      }
+      state = this.readHere();
     } catch (err) {
-      more = false;
-      failed = true;
+      state = 'failed';
       this.opts.onError?.(toError(err));
     } finally {
       this.draining = false;
     }
-    if (backlog.length) {
-      const batch = backlog.splice(0, this.batchSize);
-      for (const rec of batch) this.backlogBytes -= recordBytes(rec);
-      this.deliver(batch);
-    }
-    if (!this.running) return;
-    if (more || (this.backlog.length && !failed)) this.immediate = setImmediate(() => this.drain());
+    this.deliverBatch();
+    if (!this.running || !this.waiter) return;
+    if (state === 'more' || (this.backlog.length && state !== 'failed')) this.immediate = setImmediate(() => this.drain());
     // A device that keeps failing also keeps polling readable: back off instead of spinning.
-    else if (failed)
+    else if (state === 'failed')
       this.retry = setTimeout(() => {
         this.retry = undefined;
         this.drain();
       }, ERROR_BACKOFF_MS).unref();
-    else this.waiter?.arm();
+    else this.waiter.arm();
   }
 
-  private accept(text: string, batch: KmsgRecord[]): void {
+  /** Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws on a read error. */
+  private readHere(): 'empty' | 'more' {
+    // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
+    for (let i = 0; i < READ_AHEAD * 2 && this.backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
+      let n: number;
+      try {
+        n = this.io.read(this.fd, this.buf);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
+          this.caughtUp();
+          return 'empty';
+        }
+        if (code === 'EPIPE') continue; // overwritten; the seq gap on the next record says how many
+        if (code === 'EINTR') continue;
+        throw err;
+      }
+      if (n <= 0) return 'empty';
+      if (this.accept(this.buf.toString('utf8', 0, n), this.backlog)) this.backlogChars.push(-1);
+    }
+    return 'more';
+  }
+
+  /** Parses one raw record; true when it joined the backlog (false: unparsable, already seen, or before the lookback). */
+  private accept(text: string, batch: KmsgRecord[]): boolean {
     this.recordsRead++;
     this.metrics.records.inc();
     const rec = parseKmsgRecord(text);
     if (!rec) {
       this.parseErrors++;
       this.metrics.parseErrors.inc();
-      return;
+      return false;
     }
-    if (rec.seq <= this.lastSeq) return; // already seen before a restart
-    if (this.lastSeq >= 0 && rec.seq > this.lastSeq + 1) this.lost(rec.seq - this.lastSeq - 1);
-    this.lastSeq = rec.seq;
+    if (!this.skipTo(rec.seq)) return false; // already seen before a restart
     // Lookback applies to what was in the ring at start (0 skips all of it). Judged by timestamp,
     // not by "read before the first EAGAIN": a record written while a large ring is still being
     // drained is new and must not be skipped.
-    if (this.initial && rec.tsUsec < this.minTsUsec) return;
+    if (this.initial && rec.tsUsec < this.minTsUsec) return false;
     if (rec.truncated) this.truncated++;
     this.backlogBytes += recordBytes(rec);
     batch.push(rec);
+    return true;
+  }
+
+  /** Moves the position to `seq`, counting a gap before it as lost; false when `seq` was already seen. */
+  private skipTo(seq: number): boolean {
+    if (seq <= this.lastSeq) return false;
+    if (this.lastSeq >= 0 && seq > this.lastSeq + 1) this.lost(seq - this.lastSeq - 1);
+    this.lastSeq = seq;
+    return true;
+  }
+
+  private shed(n: number): void {
+    this.recordsShed += n;
+    this.metrics.shed.inc(n);
+    try {
+      this.opts.onShed?.(n);
+    } catch (err) {
+      this.opts.onError?.(toError(err));
+    }
   }
 
   private lost(n: number): void {
@@ -355,5 +472,9 @@ function kmsgMetrics(registry: Registry | undefined) {
     records: get('vigil_kmsg_records_total', 'Records read from /dev/kmsg.'),
     lost: get('vigil_kmsg_lost_records_total', 'Kernel log records overwritten before Vigil read them (sequence gaps).'),
     parseErrors: get('vigil_kmsg_parse_errors_total', 'Records from /dev/kmsg that could not be parsed.'),
+    shed: get(
+      'vigil_kmsg_shed_records_total',
+      'Kernel log records dropped unclassified because Vigil fell behind (only records no rule could match).',
+    ),
   };
 }
