@@ -101,6 +101,7 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
           coalesceMs: config.kubernetes.coalesce,
           eventNamespace: config.kubernetes.eventNamespace,
           eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
+          fatalEventsPerReasonPerMinute: config.kubernetes.fatalEventsPerReasonPerMinute,
           ...(restored?.kubernetes ? { writtenTypes: restored.kubernetes.writtenTypes } : {}),
           onWrittenTypes: () => markDirty(),
         });

@@ -109,6 +109,11 @@ export const kubernetesConfig = z
       .default('default'),
     /** Events per reason per minute; more are dropped and counted. */
     eventsPerReasonPerMinute: z.number().int().min(1).default(6),
+    /**
+     * Events for Fatal findings, per reason per minute: a bucket of their own, larger, because each
+     * one names a newly failing part (repeats only update its Event series) and must be seen at once.
+     */
+    fatalEventsPerReasonPerMinute: z.number().int().min(1).default(30),
   })
   .superRefine((k, ctx) => {
     const problem = k.mode !== 'off' && k.kubeconfig !== undefined ? kubeconfigProblem(k.kubeconfig) : undefined;

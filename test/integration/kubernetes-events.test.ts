@@ -95,6 +95,25 @@ test('50 repeats of one warning make ONE Event with a series of 50', async () =>
   await v.stop();
 });
 
+test('Fatal findings have a budget of their own: every newly failing GPU gets its Event while Warnings are held to their rate', async () => {
+  const node = 'ev-fatal-rate';
+  await cluster.createNode(node);
+  const v = startVigil({
+    kubeconfig: cluster.vigilKubeconfig,
+    nodeName: node,
+    sink: { eventsPerReasonPerMinute: 3, fatalEventsPerReasonPerMinute: 10 },
+  });
+  await v.started;
+  for (let i = 0; i < 6; i++) v.engine.finding(finding('NvidiaPCIeError', `gpu:${i}`, `replay counter rose on GPU ${i}`));
+  for (let i = 0; i < 12; i++) v.engine.finding(finding('NvidiaXID79Error', `gpu:0000:${10 + i}:00.0`, `GPU ${i} has fallen off the bus`));
+  await waitFor('events written', async () => v.sink.events.idle && (await eventsFor(cluster, node)).length >= 13);
+  const mine = await eventsFor(cluster, node);
+  assert.equal(mine.filter((e) => e.reason === 'NvidiaPCIeError').length, 3, 'Warnings: 3 a minute');
+  assert.equal(mine.filter((e) => e.reason === 'NvidiaXID79Error' && e.note?.startsWith('gpu:')).length, 10, 'Fatal: 10 a minute');
+  assert.equal(await v.metric('vigil_k8s_events_dropped_total', { why: 'rate_limited' }), 3 + 2);
+  await v.stop();
+});
+
 test('distinct warnings of one reason beyond the per-reason rate are dropped and counted', async () => {
   const node = 'ev-rate';
   await cluster.createNode(node);

@@ -12,7 +12,8 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EmittedFinding, EngineEvent, Sink } from '../../api/types.ts';
 import type { VigilConfig } from '../../config/load.ts';
 import { Backoff } from '../../sinks/kubernetes/backoff.ts';
-import { MERGE_PATCH, k8s, toFailure, withDeadline, type KubeClients } from '../../sinks/kubernetes/client.ts';
+import * as k8s from '@kubernetes/client-node';
+import { MERGE_PATCH, toFailure, withDeadline, type KubeClients } from '../../sinks/kubernetes/client.ts';
 import type { EventRecorder } from '../../sinks/kubernetes/events.ts';
 import { writeAtomic } from '../../state/store.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
@@ -45,6 +46,9 @@ export const EVENT_REASONS = {
 
 type Trigger = 'request' | 'fatal';
 
+/** Default wait before looking again for a NodeDiagnostic CRD that was not installed. */
+const CRD_RECHECK_MS = 10 * 60_000;
+
 export interface DiagnosticsControllerOptions {
   nodeName: string;
   log: Logger;
@@ -61,6 +65,8 @@ export interface DiagnosticsControllerOptions {
   upload?: Omit<UploadOptions, 'signal' | 'onRetry' | 'attempts'>;
   /** Backoff of the watch after a failure (default 1 s doubling to 60 s). */
   watchRetry?: { baseMs: number; maxMs: number };
+  /** While the API server has no NodeDiagnostic resource (the CRD is not installed), how often to look again (default 10 min). */
+  crdRecheckMs?: number;
   now?: () => number;
 }
 
@@ -235,6 +241,7 @@ export class DiagnosticsController implements Sink {
     const backoff = new Backoff(this.o.watchRetry?.baseMs ?? 1000, this.o.watchRetry?.maxMs ?? 60_000);
     const fieldSelector = `metadata.name=${this.o.nodeName}`;
     while (!this.stopped) {
+      let missing = false;
       try {
         const list = (await withDeadline(30_000, 'LIST nodediagnostics', (opts) =>
           clients.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, fieldSelector }, opts),
@@ -251,11 +258,13 @@ export class DiagnosticsController implements Sink {
       } catch (err) {
         const f = toFailure(err);
         const key = `${f.status}`;
+        // No such resource: the CRD is not installed, which a quick retry will not change.
+        missing = f.status === 404;
         if (!this.reported.has(key)) {
           this.reported.add(key);
           const hint =
             f.status === 404
-              ? ' (is the NodeDiagnostic CRD installed? deploy/crds/nodediagnostic.yaml)'
+              ? ` (is the NodeDiagnostic CRD installed? deploy/crds/nodediagnostic.yaml; looking again every ${Math.round((this.o.crdRecheckMs ?? CRD_RECHECK_MS) / 1000)} s)`
               : f.status === 403
                 ? ' (RBAC: the agent needs get, list and watch on nodediagnostics.vigil.dev)'
                 : '';
@@ -267,7 +276,8 @@ export class DiagnosticsController implements Sink {
       }
       if (this.stopped) break;
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, backoff.next());
+        const delay = backoff.next();
+        const t = setTimeout(resolve, missing ? Math.max(delay, this.o.crdRecheckMs ?? CRD_RECHECK_MS) : delay);
         t.unref();
         this.wake = () => {
           clearTimeout(t);

@@ -2,7 +2,9 @@
  * The only module that builds Kubernetes clients. Chooses in-cluster config or a kubeconfig, and
  * turns @kubernetes/client-node errors into plain {status, message} values the sink can act on.
  */
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
 import { IN_CLUSTER_TOKEN } from './detect.ts';
 import { VERSION } from '../../util/version.ts';
@@ -31,16 +33,50 @@ const userAgent: k8s.ObservableMiddleware = {
   post: (res) => new k8s.Observable(Promise.resolve(res)),
 };
 
+/** What makes two TLS agents interchangeable: the options client-node builds an agent from. */
+const TLS_KEYS = ['ca', 'cert', 'key', 'pfx', 'passphrase', 'rejectUnauthorized', 'servername'] as const;
+
 /**
- * kc.makeApiClient with the User-Agent middleware added: without it node-fetch sends its own
- * `node-fetch/1.0`. Per-request options append their middleware to this one (requestOptions).
+ * The KubeConfig's authentication, with its connections kept alive. client-node 1.x builds a new
+ * https.Agent for every request, so every call paid a TLS handshake: about 7 ms of a 12 ms node
+ * status PATCH on loopback (5 ms with the connection reused). Each request still gets its
+ * credentials from the KubeConfig (a rotated token file is read again); the agent it built is
+ * swapped for a kept-alive one with the same TLS options, made anew when those change (a
+ * rotated client certificate). Proxy agents are left as they are.
  */
-function makeApiClient<T extends k8s.ApiType>(kc: k8s.KubeConfig, api: k8s.ApiConstructor<T>): T {
+function keepAliveAuth(kc: k8s.KubeConfig): k8s.SecurityAuthentication {
+  let pooled: { key: string; agent: https.Agent } | undefined;
+  return {
+    getName: () => 'kubeconfig-keepalive',
+    async applySecurityAuthentication(ctx) {
+      await kc.applySecurityAuthentication(ctx);
+      const fresh = ctx.getAgent();
+      if (!fresh || fresh.constructor !== https.Agent) return;
+      const opts = (fresh as https.Agent & { options: https.AgentOptions }).options;
+      const h = createHash('sha256');
+      for (const k of TLS_KEYS)
+        h.update(`${k}=${String(opts[k] instanceof Buffer ? opts[k].toString('base64') : JSON.stringify(opts[k]))};`);
+      const key = h.digest('hex');
+      if (pooled?.key !== key) {
+        pooled?.agent.destroy();
+        pooled = { key, agent: new https.Agent({ ...Object.fromEntries(TLS_KEYS.map((k) => [k, opts[k]])), keepAlive: true }) };
+      }
+      ctx.setAgent(pooled.agent);
+    },
+  };
+}
+
+/**
+ * kc.makeApiClient with the User-Agent middleware added (without it node-fetch sends its own
+ * `node-fetch/1.0`) and connections kept alive. Per-request options append their middleware to
+ * this one (requestOptions).
+ */
+function makeApiClient<T extends k8s.ApiType>(kc: k8s.KubeConfig, auth: k8s.SecurityAuthentication, api: k8s.ApiConstructor<T>): T {
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error('the kubeconfig has no current cluster');
   const config = k8s.createConfiguration({
     baseServer: new k8s.ServerConfiguration(cluster.server, {}),
-    authMethods: { default: kc },
+    authMethods: { default: auth },
     middleware: [userAgent],
   });
   return new api(config);
@@ -51,10 +87,11 @@ export function makeClients(kubeconfig?: string): KubeClients {
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
   else kc.loadFromDefault();
+  const auth = keepAliveAuth(kc);
   return {
-    core: makeApiClient(kc, k8s.CoreV1Api),
-    events: makeApiClient(kc, k8s.EventsV1Api),
-    custom: makeApiClient(kc, k8s.CustomObjectsApi),
+    core: makeApiClient(kc, auth, k8s.CoreV1Api),
+    events: makeApiClient(kc, auth, k8s.EventsV1Api),
+    custom: makeApiClient(kc, auth, k8s.CustomObjectsApi),
     kc,
     server: kc.getCurrentCluster()?.server ?? '',
   };
@@ -122,4 +159,3 @@ export async function withDeadline<T>(
 
 export const STRATEGIC_MERGE = k8s.PatchStrategy.StrategicMergePatch;
 export const MERGE_PATCH = k8s.PatchStrategy.MergePatch;
-export { k8s };

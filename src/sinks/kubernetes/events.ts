@@ -7,7 +7,8 @@
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineEvent } from '../../api/types.ts';
-import { k8s, STRATEGIC_MERGE, toFailure, withDeadline, type KubeClients } from './client.ts';
+import * as k8s from '@kubernetes/client-node';
+import { STRATEGIC_MERGE, toFailure, withDeadline, type KubeClients } from './client.ts';
 import { Backoff } from './backoff.ts';
 import { explainFailure } from './failures.ts';
 
@@ -19,6 +20,12 @@ export interface EventRecorderOptions {
   log: Logger;
   registry: Registry;
   perReasonPerMinute: number;
+  /**
+   * Fatal findings draw from a bucket of their own per reason (default 30 a minute): each is a
+   * newly failing part (a repeat only counts in its series), rare, and what an operator must see
+   * at once; a burst of Warnings cannot use it up, nor it theirs.
+   */
+  fatalPerReasonPerMinute?: number;
   /**
    * How often changed series counts are looked at, and the gap before a series' first count update
    * (a burst of repeats shows its size soon); later updates wait seriesRefreshMs, or until the
@@ -106,7 +113,8 @@ export class EventRecorder {
     // A Fatal finding is told at once too: its condition may already be False for another entity.
     if (event.kind === 'finding' && event.finding.severity !== 'Info') {
       const f = event.finding;
-      this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at);
+      const bucket = f.severity === 'Fatal' ? { key: `fatal|${f.reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30 } : undefined;
+      this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at, bucket);
     } else if (event.kind === 'repeat' && event.problem.severity !== 'Info') {
       // The engine does not re-emit repeats inside its window; they still count in the series.
       const s = this.series.get(`${event.problem.reason}|${event.problem.entity}`);
@@ -137,14 +145,21 @@ export class EventRecorder {
     this.observe(`${reason}|record|${at}|${this.seq}`, reason, note, type, at);
   }
 
-  private observe(key: string, reason: string, note: string, type: 'Warning' | 'Normal', at: number): void {
+  private observe(
+    key: string,
+    reason: string,
+    note: string,
+    type: 'Warning' | 'Normal',
+    at: number,
+    bucket = { key: reason, perMinute: this.o.perReasonPerMinute },
+  ): void {
     const existing = this.series.get(key);
     if (existing && !existing.failed && at - existing.lastObserved < this.finishMs) {
       existing.count++;
       existing.lastObserved = Math.max(existing.lastObserved, at);
       return;
     }
-    if (!this.take(reason, at)) {
+    if (!this.take(bucket.key, bucket.perMinute, at)) {
       this.m.dropped.inc({ why: 'rate_limited' });
       return;
     }
@@ -165,14 +180,13 @@ export class EventRecorder {
     this.enqueue({ kind: 'create', series: s, reason, note: note.length > 1024 ? `${note.slice(0, 1021)}...` : note, type, at });
   }
 
-  /** Token bucket per reason: `perReasonPerMinute` creations a minute, with that as the burst. */
-  private take(reason: string, at: number): boolean {
+  /** Token bucket: `cap` creations a minute, with that as the burst. */
+  private take(key: string, cap: number, at: number): boolean {
     const now = Math.max(at, this.now());
-    const cap = this.o.perReasonPerMinute;
-    const b = this.buckets.get(reason) ?? { tokens: cap, at: now };
+    const b = this.buckets.get(key) ?? { tokens: cap, at: now };
     b.tokens = Math.min(cap, b.tokens + (Math.max(0, now - b.at) / 60_000) * cap);
     b.at = now;
-    this.buckets.set(reason, b);
+    this.buckets.set(key, b);
     if (b.tokens < 1) return false;
     b.tokens -= 1;
     return true;

@@ -20,6 +20,8 @@ export interface KubernetesSinkOptions {
   coalesceMs: number;
   eventNamespace: string;
   eventsPerReasonPerMinute: number;
+  /** Fatal findings' Events, per reason per minute (default 30). */
+  fatalEventsPerReasonPerMinute?: number;
   seriesFlushMs?: number;
   /** Retry backoff for failed writes (default 500 ms doubling to 30 s, with jitter). */
   retry?: { baseMs: number; maxMs: number };
@@ -65,6 +67,7 @@ export class KubernetesSink implements Sink {
       log: o.log,
       registry: o.registry,
       perReasonPerMinute: o.eventsPerReasonPerMinute,
+      ...(o.fatalEventsPerReasonPerMinute ? { fatalPerReasonPerMinute: o.fatalEventsPerReasonPerMinute } : {}),
       instance: o.instance ?? `vigil-${os.hostname()}`,
       nodeUid: () => this.nodeUid,
       ...(o.retry ? { retry: o.retry } : {}),
