@@ -32,7 +32,8 @@
  *   process's CPU time (user + system), which a loaded shared machine leaves comparable.
  * - idle_cpu_millicores, idle_rss_mib: each agent with its default monitors (Vigil: its default config;
  *   NPD: its stock kernel-monitor + readonly-monitor and the Xid monitor) on its own Node for the whole
- *   run (at least BENCH_IDLE_SECONDS, default 600, after a 15 s settle); CPU from /proc/<pid>/stat,
+ *   run (at least BENCH_IDLE_SECONDS, default 600, after a 90 s settle that covers start-up: Vigil's
+ *   first run of every check is spread over 60 s); CPU from /proc/<pid>/stat,
  *   RSS the largest of 5 s samples. Their kernel-log source is a quiet one (Vigil: a FIFO nobody writes;
  *   NPD: its filelog plugin on an empty file), so this run's faults and storm, and other users of the
  *   shared ring, cannot cost either of them work or API writes.
@@ -92,7 +93,11 @@ const STORM_SECONDS = env('BENCH_STORM_SECONDS', 10);
 const STORM_WRITERS = env('BENCH_STORM_WRITERS', 4);
 const DISTINCT = env('BENCH_DISTINCT', 100);
 const DISTINCT_GAP_MS = env('BENCH_DISTINCT_GAP_MS', 1200);
-const SETTLE_SECONDS = 15;
+/**
+ * Start-up is not idle: Vigil spreads the first run of its checks over a minute (and creates an
+ * Event for each Warning this machine shows then), NPD posts its first status at start.
+ */
+const SETTLE_SECONDS = 90;
 const SIGN_TIMEOUT_MS = 10_000;
 const FIRST_TIMEOUT_MS = 30_000;
 const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,storm,throughput').split(','));
@@ -679,14 +684,19 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
       npdKmsgStartFailures: 0,
     };
     idle = await startIdle(c);
+    // The idle window opens once both agents are past start-up; the other phases go on meanwhile.
     const idleStart = Date.now() + SETTLE_SECONDS * 1000;
-    await sleep(SETTLE_SECONDS * 1000);
-    const cpu0 = { vigil: cpuSeconds(idle.pids.vigil), npd: cpuSeconds(idle.pids.npd) };
-    const rss = { vigil: 0, npd: 0 };
     const idlePids = idle.pids;
-    const rssTimer = setInterval(() => {
-      for (const a of ['vigil', 'npd'] as const) if (alive(idlePids[a])) rss[a] = Math.max(rss[a], rssMiB(idlePids[a]));
-    }, 5000);
+    const cpu0 = { vigil: 0, npd: 0 };
+    const rss = { vigil: 0, npd: 0 };
+    let rssTimer: NodeJS.Timeout | undefined;
+    const settle = setTimeout(() => {
+      cpu0.vigil = cpuSeconds(idlePids.vigil);
+      cpu0.npd = cpuSeconds(idlePids.npd);
+      rssTimer = setInterval(() => {
+        for (const a of ['vigil', 'npd'] as const) if (alive(idlePids[a])) rss[a] = Math.max(rss[a], rssMiB(idlePids[a]));
+      }, 5000);
+    }, SETTLE_SECONDS * 1000);
     try {
       if (PHASES.has('latency')) {
         const l = await latencyPhase(c, rng(1000 + run));
@@ -762,6 +772,7 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
       notes.idle = { window_s: wall, audit: counts };
       notes.npd_kmsg_start_failures = c.npdKmsgStartFailures;
     } finally {
+      clearTimeout(settle);
       clearInterval(rssTimer);
     }
   } finally {

@@ -95,6 +95,27 @@ test('50 repeats of one warning make ONE Event with a series of 50', async () =>
   await v.stop();
 });
 
+test('a warning that repeats only after its first flush gap waits for the long refresh: no Event write per repeat', async () => {
+  const node = 'ev-slow-repeat';
+  await cluster.createNode(node);
+  const v = startVigil({ kubeconfig: cluster.vigilKubeconfig, nodeName: node, sink: { seriesFlushMs: 200, seriesRefreshMs: 60_000 } });
+  await v.started;
+  const crash = () => finding('AppCrash', 'pid:777', 'python3[777]: segfault at 0 ip 00007f error 4');
+  v.engine.finding(crash());
+  await waitFor('the Event', async () => (await eventsFor(cluster, node)).some((e) => e.reason === 'AppCrash'));
+  await new Promise((r) => setTimeout(r, 700)); // past the first gap, with no repeat in it
+  v.engine.finding(crash());
+  await new Promise((r) => setTimeout(r, 700));
+  assert.equal(await v.metric('vigil_k8s_event_writes_total', { op: 'create', result: 'ok' }), 1);
+  assert.equal(await v.metric('vigil_k8s_event_writes_total', { op: 'series', result: 'ok' }), 0, 'the repeat waits for the refresh');
+  v.sink.events.flush(); // shutdown writes what is pending
+  const ev = await waitFor('series.count 2', async () =>
+    (await eventsFor(cluster, node)).find((e) => e.reason === 'AppCrash' && e.series?.count === 2),
+  );
+  assert.ok(ev);
+  await v.stop();
+});
+
 test('Fatal findings have a budget of their own: every newly failing GPU gets its Event while Warnings are held to their rate', async () => {
   const node = 'ev-fatal-rate';
   await cluster.createNode(node);

@@ -196,6 +196,9 @@ export class EventRecorder {
     const now = this.now();
     for (const [key, s] of this.series) {
       const quiet = now - s.lastObserved > this.finishMs;
+      // The short first gap shows a burst right after the create; a Warning that repeats slowly (a
+      // check failing at every poll) waits out the long one, so it costs about one write an hour.
+      if (s.created && s.count === s.written && s.gapMs < this.refreshMs && now - s.writtenAt >= s.gapMs) s.gapMs = this.refreshMs;
       // A finished series (or shutdown) gets its final count; a continuing one waits out its gap.
       const due = final || quiet || now - s.writtenAt >= s.gapMs;
       if (s.created && !s.failed && s.count > s.written && due) this.enqueue({ kind: 'series', series: s });

@@ -23,6 +23,7 @@ export interface KubernetesSinkOptions {
   /** Fatal findings' Events, per reason per minute (default 30). */
   fatalEventsPerReasonPerMinute?: number;
   seriesFlushMs?: number;
+  seriesRefreshMs?: number;
   /** Retry backoff for failed writes (default 500 ms doubling to 30 s, with jitter). */
   retry?: { baseMs: number; maxMs: number };
   /**
@@ -72,6 +73,7 @@ export class KubernetesSink implements Sink {
       nodeUid: () => this.nodeUid,
       ...(o.retry ? { retry: o.retry } : {}),
       ...(o.seriesFlushMs ? { seriesFlushMs: o.seriesFlushMs } : {}),
+      ...(o.seriesRefreshMs ? { seriesRefreshMs: o.seriesRefreshMs } : {}),
     });
   }
 
