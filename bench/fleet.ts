@@ -28,8 +28,7 @@
  *   one status PATCH per node per heartbeat period (--k8s-exporter-heartbeat-period, 5 min; its
  *   1 s sync loop writes only on change), from its source (see docs/benchmarks.md), not measured.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import https from 'node:https';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
@@ -44,21 +43,6 @@ const NPD_HEARTBEAT_MS = 5 * 60_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** The API server's own counters (admin token): requests by verb/resource/code. */
-function apiserverMetrics(cluster: TestCluster): Promise<string> {
-  const token = readFileSync(path.join(cluster.dir, 'admin.token'), 'utf8').trim();
-  const ca = readFileSync(path.join(cluster.dir, 'pki', 'ca.crt'));
-  return new Promise((resolve, reject) => {
-    const req = https.get(`${cluster.server}/metrics`, { ca, headers: { Authorization: `Bearer ${token}` } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`GET /metrics: ${res.statusCode}`))));
-    });
-    req.on('error', reject);
-  });
-}
-
 interface Counts {
   requests: number;
   code429: number;
@@ -67,7 +51,7 @@ interface Counts {
 async function requestCounts(cluster: TestCluster): Promise<Counts> {
   let requests = 0;
   let code429 = 0;
-  for (const line of (await apiserverMetrics(cluster)).split('\n')) {
+  for (const line of (await cluster.metrics()).split('\n')) {
     if (!line.startsWith('apiserver_request_total{')) continue;
     const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]));
     const value = Number(line.slice(line.lastIndexOf(' ') + 1));

@@ -7,6 +7,7 @@
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -67,6 +68,8 @@ export interface TestCluster {
   serviceAccountKubeconfig(name: string, rules: k8s.V1PolicyRule[]): Promise<string>;
   /** Applies every document of a YAML file with the admin client (409 = already there). */
   apply(file: string): Promise<void>;
+  /** The API server's own Prometheus metrics (apiserver_request_total and friends), as text. */
+  metrics(): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -238,6 +241,19 @@ export async function startCluster(): Promise<TestCluster> {
       return kubeconfigForToken(await saToken(name), name);
     },
     apply,
+    metrics() {
+      const token = readFileSync(path.join(dir, 'admin.token'), 'utf8').trim();
+      const ca = readFileSync(path.join(dir, 'pki', 'ca.crt'));
+      return new Promise((resolve, reject) => {
+        const req = https.get(`${info.server}/metrics`, { ca, headers: { Authorization: `Bearer ${token}` } }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (body += d));
+          res.on('end', () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`GET /metrics: ${res.statusCode}`))));
+        });
+        req.on('error', reject);
+      });
+    },
     async stop() {
       if (!live.has(dir)) return;
       live.delete(dir);

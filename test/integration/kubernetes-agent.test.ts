@@ -55,6 +55,12 @@ test('Xid 79 on /dev/kmsg becomes AcceleratedHardwareReady=False (NvidiaXID79Err
       20_000,
     );
     assert.equal(agent.lines.filter((l) => l.event === 'kubernetes' && typeof l.status === 'number').length, 0, 'no API errors logged');
+
+    // This cluster has no NodeDiagnostic CRD: said once, and not asked again every few seconds.
+    const hint = agent.lines.find((l) => l.event === 'diagnostics' && l.status === 404);
+    assert.match(String(hint?.msg), /is the NodeDiagnostic CRD installed\?.*looking again every 600 s/);
+    await new Promise((r) => setTimeout(r, 5000)); // a quick backoff would have retried at 1, 2 and 4 s
+    assert.match(String(await agent.get('/metrics')), /vigil_diagnostics_watch_failures_total\{status="404"\} 1\n/);
   } finally {
     assert.equal(await agent.stop(), 0);
   }

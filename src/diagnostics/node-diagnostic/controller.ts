@@ -83,6 +83,7 @@ interface Metrics {
   captures: Counter<'trigger' | 'result'>;
   uploads: Counter<'trigger' | 'result'>;
   skipped: Counter<'why'>;
+  watchFailures: Counter<'status'>;
   bytes: Gauge;
   seconds: Gauge;
   lastAuto: Gauge;
@@ -129,6 +130,12 @@ export class DiagnosticsController implements Sink {
         name: 'vigil_diagnostics_uploads_total',
         help: 'Diagnostic bundle uploads by trigger and result (ok; failed: the bundle is kept on the node).',
         labelNames: ['trigger', 'result'],
+        registers: r,
+      }),
+      watchFailures: new Counter({
+        name: 'vigil_diagnostics_watch_failures_total',
+        help: 'Failed lists or watches of NodeDiagnostic resources, by HTTP status (0: unreachable).',
+        labelNames: ['status'],
         registers: r,
       }),
       skipped: new Counter({
@@ -258,6 +265,7 @@ export class DiagnosticsController implements Sink {
       } catch (err) {
         const f = toFailure(err);
         const key = `${f.status}`;
+        this.m.watchFailures.inc({ status: key });
         // No such resource: the CRD is not installed, which a quick retry will not change.
         missing = f.status === 404;
         if (!this.reported.has(key)) {
