@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, closeSync, constants, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -78,6 +78,11 @@ test('a kernelLog.path that does not exist: KernelReady Unknown (KernelLogUnavai
 test('not root (EPERM on /dev/kmsg): KernelReady Unknown naming EPERM, /healthz 503', async (t) => {
   const dir = tmp(t);
   chmodSync(dir, 0o777);
+  // The agent runs as nobody: every directory above the checkout must let others through.
+  for (let d = path.resolve(import.meta.dirname, '..', '..'); d !== path.dirname(d); d = path.dirname(d)) {
+    const mode = statSync(d).mode & 0o777;
+    assert.ok(mode & 0o001, `${d} has mode ${mode.toString(8)}: uid 65534 cannot reach the code (clone into a directory with mode 755)`);
+  }
   const a = await agent(t, ['--state-dir', dir, '--config', config(dir)], { uid: 65534, gid: 65534 });
   const kr = await kernelReady(a);
   assert.equal(kr?.status, 'Unknown');
