@@ -1,7 +1,9 @@
 # Vigil's node-agent image (a DaemonSet: deploy/helm/vigil).
 #
-#   build  compiles dist/ with the dev toolchain, then prunes node_modules to production
-#          dependencies and drops what Node never loads at run time (type declarations, source maps).
+#   build  type-checks src/ and bundles it into dist/ with esbuild (scripts/bundle.ts: tree-shaken,
+#          about half the idle memory of per-file output with the Kubernetes client loaded), then
+#          prunes node_modules to production dependencies and drops what Node never loads at run
+#          time (type declarations, source maps).
 #   final  Node 20, dist/, production node_modules and two host tools the monitors spawn:
 #            ethtool    networking monitor: ENA allowance counters come only from `ethtool -S`
 #            systemctl  runtime monitor: unit state and restart counts from the host's systemd,
@@ -25,7 +27,7 @@ RUN --mount=type=secret,id=ca,target=/run/secrets/ca.pem \
  && npm ci --ignore-scripts --no-audit --no-fund \
  && npm cache clean --force
 COPY tsconfig.json tsconfig.build.json ./
-COPY scripts/build.sh ./scripts/
+COPY scripts/build.sh scripts/bundle.ts ./scripts/
 COPY src ./src
 # tsx (with esbuild) is a dependency only so bin/vigil.js can run src/ when dist/ is missing; the
 # image has dist/ and no src/, so it goes.

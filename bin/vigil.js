@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// Runs the compiled agent from dist/ (built by `npm ci` through the prepare script), or the
-// TypeScript sources through tsx when dist/ is missing or older than a source file. The compiled
-// build is what a node should run: it starts faster and needs about 25 MiB less memory.
+// Runs the bundled agent from dist/ (built by `npm ci` through the prepare script: scripts/build.sh),
+// or the TypeScript sources through tsx when dist/ is missing or older than a source file. The
+// bundle is what a node should run: it starts faster, and with the Kubernetes sink on it idles at
+// about 78 MiB RSS, against 115-145 MiB for per-file output (scripts/bundle.ts says why).
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';

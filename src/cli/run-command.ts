@@ -7,6 +7,7 @@ import { buildMonitors } from '../agent/build-monitors.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
 import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
 import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+import { collectStartupGarbage } from '../util/startup-gc.ts';
 import type { Quarantine } from '../remediation/quarantine.ts';
 import { errorMessage } from '../util/errors.ts';
 
@@ -161,6 +162,7 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
   if (kube) void kube.start(agent.engine);
   diagnostics?.start(listen);
   quarantine?.start(agent.engine.health());
+  collectStartupGarbage(10_000);
 
   const signal = await stopped;
   log.info({ event: 'stopping', signal }, 'vigil stopping');

