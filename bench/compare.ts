@@ -855,7 +855,7 @@ function markdown(
   return [
     '## Vigil and node-problem-detector side by side (`npm run bench:compare`)',
     '',
-    `Measured ${String(result.measured_at).slice(0, 10)} on ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB memory, Linux ${m.kernel}, Node ${m.node}; NPD ${m.npd} built from its Go module. ${runs.length} runs; each figure is the median over runs, the spread columns give min–max over runs. Idle windows ${windows} s (BENCH_IDLE_SECONDS=${fmt(result.idle_seconds as number)}, the window spans the whole run). \`ratio\` = Vigil / NPD. Method: the comment at the top of \`bench/compare.ts\`; raw figures and notes per run in \`bench/results/compare.json\`.`,
+    `Measured ${String(result.measured_at).slice(0, 10)} on ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB memory, Linux ${m.kernel}, Node ${m.node}; NPD ${m.npd} built from its Go module. ${runs.length} runs; each figure is the median over runs, the spread columns give min–max over runs. Idle windows ${windows} s (BENCH_IDLE_SECONDS=${fmt(result.idle_seconds as number)}; each opens 90 s after start, past start-up, while the other phases run). \`ratio\` = Vigil / NPD. Method: the comment at the top of \`bench/compare.ts\`; raw figures and notes per run in \`bench/results/compare.json\`.`,
     '',
     '| key | Vigil | NPD | ratio | Vigil spread | NPD spread | target |',
     '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
