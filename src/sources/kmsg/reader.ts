@@ -254,7 +254,6 @@ export class KmsgReader {
   /** The read thread on the real device; undefined (after saying why) when it cannot start. */
   private startThread(): ReadThread | undefined {
     const mode = this.opts.wait ?? 'auto';
-    if (mode === 'interval' || this.io !== realIo) return undefined;
     const fallBack = (why: string) =>
       this.opts.onError?.(new Error(`kmsg: read thread ${why}; reading on the main thread every ${this.opts.intervalMs ?? 200} ms`));
     try {
@@ -283,12 +282,9 @@ export class KmsgReader {
   }
 
   private intervalWaiter(): IntervalWaiter {
-    return new IntervalWaiter(this.opts.intervalMs ?? 200, {
-      onReady: () => {
-        this.wakeups++;
-        this.drain();
-      },
-      onError: () => {},
+    return new IntervalWaiter(this.opts.intervalMs ?? 200, () => {
+      this.wakeups++;
+      this.drain();
     });
   }
 
@@ -430,18 +426,19 @@ export class KmsgReader {
   private shed(n: number): void {
     this.recordsShed += n;
     this.metrics.shed.inc(n);
-    try {
-      this.opts.onShed?.(n);
-    } catch (err) {
-      this.opts.onError?.(toError(err));
-    }
+    this.tell(this.opts.onShed, n);
   }
 
   private lost(n: number): void {
     this.recordsLost += n;
     this.metrics.lost.inc(n);
+    this.tell(this.opts.onLost, n);
+  }
+
+  /** A caller's callback must not break reading: what it throws goes to onError. */
+  private tell(cb: ((n: number) => void) | undefined, n: number): void {
     try {
-      this.opts.onLost?.(n);
+      cb?.(n);
     } catch (err) {
       this.opts.onError?.(toError(err));
     }

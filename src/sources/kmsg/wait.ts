@@ -5,34 +5,21 @@
  * interval.
  */
 
-/** Tells the reader when to drain. `arm()` asks for one `onReady` call once data is readable. */
-export interface Waiter {
-  readonly mode: 'interval';
-  arm(): void;
-  close(): Promise<void>;
-}
-
-export interface WaiterHandlers {
-  onReady(): void;
-  onError(err: Error): void;
-}
-
-/** Fallback: re-check every `intervalMs` (only used when the read thread cannot start). */
-export class IntervalWaiter implements Waiter {
-  readonly mode = 'interval' as const;
+/** Fallback: re-check every `intervalMs` (only used when the read thread cannot start). `arm()` asks for one `onReady` call. */
+export class IntervalWaiter {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
 
   constructor(
     private readonly intervalMs: number,
-    private readonly h: WaiterHandlers,
+    private readonly onReady: () => void,
   ) {}
 
   arm(): void {
     if (this.closed || this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      if (!this.closed) this.h.onReady();
+      if (!this.closed) this.onReady();
     }, this.intervalMs);
     this.timer.unref();
   }
