@@ -62,6 +62,30 @@ const nodeUrlForWhatwgUrl: Plugin = {
   },
 };
 
+/**
+ * @kubernetes/client-node declares no `sideEffects`, so esbuild keeps every module its index
+ * imports, and their top-level code: the generated API classes and the model type map
+ * (1.57 MB of the bundle). Its modules only define things, so they are marked side-effect free:
+ * what Vigil's code does not reach (it uses KubeConfig, Watch and a few types; see
+ * src/sinks/kubernetes/client.ts) is left out of the chunks `run` loads.
+ */
+const clientNodeSideEffectFree: Plugin = {
+  name: 'vigil-client-node-side-effect-free',
+  setup(b) {
+    b.onResolve({ filter: /.*/ }, async (args) => {
+      if (args.pluginData === 'vigil-resolved' || !args.importer.includes(`${path.sep}@kubernetes${path.sep}client-node${path.sep}`))
+        return undefined;
+      const r = await b.resolve(args.path, {
+        kind: args.kind,
+        resolveDir: args.resolveDir,
+        importer: args.importer,
+        pluginData: 'vigil-resolved',
+      });
+      return r.path.includes(`${path.sep}@kubernetes${path.sep}client-node${path.sep}`) ? { ...r, sideEffects: false } : r;
+    });
+  },
+};
+
 /** Defines, per output file, `require` (for CommonJS dependencies) and __vigilModuleUrl (relative to dist/). */
 function header(file: string): string {
   const up = '../'.repeat(path.relative(dist, path.dirname(file)).split(path.sep).filter(Boolean).length);
@@ -104,7 +128,7 @@ const result = await build({
   legalComments: 'none',
   write: false,
   logLevel: 'warning',
-  plugins: [moduleUrl, nodeUrlForWhatwgUrl],
+  plugins: [moduleUrl, nodeUrlForWhatwgUrl, clientNodeSideEffectFree],
 });
 
 const now = Date.now();

@@ -2,7 +2,7 @@
  * Schema of catalog/reasons.yaml. Shared by the generator (which validates the YAML) and by the
  * runtime catalog (which reads the generated data), so both agree on one shape.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { parseDuration } from '../util/duration.ts';
 
 export const recoveryYaml = z.union([

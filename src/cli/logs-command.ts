@@ -11,7 +11,8 @@ import https from 'node:https';
 import http from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import * as k8s from '@kubernetes/client-node';
+import type * as k8s from '@kubernetes/client-node';
+import { KubeApiError, makeClients, type CustomApi, type KubeClients } from '../sinks/kubernetes/client.ts';
 import { DIAGNOSTIC_CATEGORIES } from '../diagnostics/bundle.ts';
 import {
   GROUP,
@@ -76,16 +77,13 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
     else everyNode = url;
   }
 
-  const kc = new k8s.KubeConfig();
+  let clients: KubeClients;
   try {
-    if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
-    else kc.loadFromDefault();
-    if (!kc.getCurrentCluster()) throw new Error('no current cluster');
+    clients = makeClients(opts.kubeconfig);
   } catch (err) {
     return usage(`cannot load the kubeconfig: ${errorMessage(err)}`);
   }
-  const core = kc.makeApiClient(k8s.CoreV1Api);
-  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  const { core, custom, kc } = clients;
 
   const names = [...new Set(nodeArgs)];
   try {
@@ -153,7 +151,7 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
       try {
         await custom.deleteClusterCustomObject({ ...base, name: t.node });
       } catch (err) {
-        if (!(err instanceof k8s.ApiException && err.code === 404)) {
+        if (!(err instanceof KubeApiError && err.code === 404)) {
           process.stderr.write(`vigil logs: cannot delete NodeDiagnostic ${t.node}: ${apiError(err)}\n`);
         }
       }
@@ -161,7 +159,7 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
   }
 }
 
-async function create(custom: k8s.CustomObjectsApi, t: Target, categories: string[], since: string | undefined): Promise<void> {
+async function create(custom: CustomApi, t: Target, categories: string[], since: string | undefined): Promise<void> {
   const body = {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: 'NodeDiagnostic',
@@ -176,7 +174,7 @@ async function create(custom: k8s.CustomObjectsApi, t: Target, categories: strin
       t.startedAt = Date.now();
       return;
     } catch (err) {
-      if (!(err instanceof k8s.ApiException && err.code === 409)) throw err;
+      if (!(err instanceof KubeApiError && err.code === 409)) throw err;
       // One per node: a finished one from an earlier run is replaced; one in progress is someone else's.
       const old = (await custom.getClusterCustomObject({ ...base, name: t.node }).catch(() => undefined)) as NodeDiagnostic | undefined;
       const phase = old?.status?.phase;
@@ -194,7 +192,7 @@ async function create(custom: k8s.CustomObjectsApi, t: Target, categories: strin
   t.result = { ok: false, text: 'could not replace the earlier NodeDiagnostic for this node' };
 }
 
-async function poll(custom: k8s.CustomObjectsApi, t: Target): Promise<void> {
+async function poll(custom: CustomApi, t: Target): Promise<void> {
   try {
     const o = (await custom.getClusterCustomObject({ ...base, name: t.node })) as NodeDiagnostic;
     if (o.metadata?.uid !== t.uid) {
@@ -204,7 +202,7 @@ async function poll(custom: k8s.CustomObjectsApi, t: Target): Promise<void> {
     }
     if (o.status?.observedUID === t.uid) t.status = o.status;
   } catch (err) {
-    if (err instanceof k8s.ApiException && err.code === 404) {
+    if (err instanceof KubeApiError && err.code === 404) {
       t.result = { ok: false, text: 'the NodeDiagnostic was deleted by someone else' };
       t.created = false;
     }
@@ -325,8 +323,8 @@ function apiMessage(body: string): string {
 }
 
 function apiError(err: unknown): string {
-  if (err instanceof k8s.ApiException) {
-    const msg = apiMessage(typeof err.body === 'string' ? err.body : JSON.stringify(err.body));
+  if (err instanceof KubeApiError) {
+    const msg = apiMessage(err.body);
     const hint =
       err.code === 404 && /nodediagnostics/.test(msg)
         ? ' (is the NodeDiagnostic CRD installed? deploy/crds/nodediagnostic.yaml)'

@@ -6,7 +6,7 @@
  */
 import type * as k8s from '@kubernetes/client-node';
 import { CONDITION_TYPES } from '../catalog/index.ts';
-import { makeClients } from '../sinks/kubernetes/client.ts';
+import { makeClients, type CoreApi } from '../sinks/kubernetes/client.ts';
 import { errorMessage } from '../util/errors.ts';
 
 export interface StatusOptions {
@@ -115,7 +115,7 @@ export function formatTable(rows: NodeStatus[], types: readonly string[], colour
   return [line(header.map((text) => ({ text }))), ...cells.map(line)].join('\n') + '\n';
 }
 
-export async function readFleet(core: k8s.CoreV1Api, types: readonly string[], selector?: string): Promise<NodeStatus[]> {
+export async function readFleet(core: CoreApi, types: readonly string[], selector?: string): Promise<NodeStatus[]> {
   const list = await core.listNode(selector ? { labelSelector: selector } : {});
   const now = Date.now();
   return list.items.map((n) => nodeStatus(n, types, now)).sort((a, b) => a.node.localeCompare(b.node));
@@ -134,7 +134,7 @@ export async function runStatusCommand(opts: StatusOptions): Promise<number> {
     return 2;
   }
   const colour = Boolean(process.stdout.isTTY) && !process.env.NO_COLOR && !opts.json;
-  let core: k8s.CoreV1Api;
+  let core: CoreApi;
   try {
     core = makeClients(opts.kubeconfig).core;
   } catch (err) {

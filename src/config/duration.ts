@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { parseDuration } from '../util/duration.ts';
 
 /** A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m', '1h30m'. Parses to ms. */

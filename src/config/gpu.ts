@@ -5,7 +5,7 @@
  *
  * Thresholds marked (N) come from NVIDIA/DCGM; (S) are Vigil's suggested defaults.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { durationValue, positiveDuration } from './duration.ts';
 
 const gpuThresholdsSchema = z.strictObject({

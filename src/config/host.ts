@@ -3,7 +3,7 @@
  * Every field has a default, so `hostMonitorsConfigSchema.parse({})` is a complete config.
  * Durations: ms or '30s'/'5m'.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { duration, positiveDuration } from './duration.ts';
 import { regexList } from './regex.ts';
 

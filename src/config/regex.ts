@@ -13,7 +13,7 @@ import { createRequire } from 'node:module';
 import type * as Regexpp from '@eslint-community/regexpp';
 import type * as Refa from 'refa';
 import type * as Scslre from 'scslre';
-import { z } from 'zod';
+import * as z from 'zod';
 import { errorMessage } from '../util/errors.ts';
 
 /** The analysers, loaded on first use (about 100 ms and some memory that most configs never need). */

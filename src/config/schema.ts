@@ -6,7 +6,7 @@
  * so `check-config` and `run` agree. docs/configuration.md describes each option.
  */
 import { statSync } from 'node:fs';
-import { z } from 'zod';
+import * as z from 'zod';
 import { CONDITION_TYPES } from '../api/types.ts';
 import { duration, positiveDuration } from './duration.ts';
 import { gpuSectionSchema } from './gpu.ts';

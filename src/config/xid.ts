@@ -1,5 +1,5 @@
 /** The Xid policy's settings: one list schema for `xid.fatal`, `xid.ignore` and the GPU monitor. */
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** The EKS fatal Xid list without 63 (NVIDIA classes row-remap events as IGNORE; NVML judges them). */
 export const DEFAULT_FATAL_XIDS: readonly number[] = [

@@ -19,7 +19,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EngineEvent, NodeHealth, Sink } from '../api/types.ts';
 import { CONDITION_TYPES } from '../api/types.ts';
 import * as k8s from '@kubernetes/client-node';
-import { toFailure, withDeadline, type ApiFailure, type KubeClients } from '../sinks/kubernetes/client.ts';
+import { MERGE_PATCH, toFailure, withDeadline, type ApiFailure, type KubeClients } from '../sinks/kubernetes/client.ts';
 import { Backoff } from '../sinks/kubernetes/backoff.ts';
 import { REPORTING_CONTROLLER } from '../sinks/kubernetes/events.ts';
 import { explainFailure } from '../sinks/kubernetes/failures.ts';
@@ -78,20 +78,8 @@ export function allowedQuarantined(share: number, total: number): number {
 }
 
 /** Asks for metadata only (PartialObjectMetadataList): a list of nodes without their status, ~0.5 KB a node. */
-const metadataOnly: k8s.ConfigurationOptions = {
-  middleware: [
-    {
-      pre: (ctx) => {
-        ctx.setHeaderParam('Accept', 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1');
-        return new k8s.Observable(Promise.resolve(ctx));
-      },
-      post: (res) => new k8s.Observable(Promise.resolve(res)),
-    },
-  ],
-  middlewareMergeStrategy: 'append',
-};
+const METADATA_ONLY = 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1';
 
-const MERGE_PATCH = k8s.PatchStrategy.MergePatch;
 const PAGE = 500;
 
 export class Quarantine implements Sink {
@@ -365,7 +353,7 @@ export class Quarantine implements Sink {
     let limit = 1;
     for (;;) {
       const page = await withDeadline(this.timeoutMs, 'LIST nodes', (opts) =>
-        this.o.clients.core.listNode({ limit, ...(cont ? { _continue: cont } : {}) }, mergeOptions(opts, metadataOnly)),
+        this.o.clients.core.listNode({ limit, ...(cont ? { _continue: cont } : {}) }, { ...opts, accept: METADATA_ONLY }),
       );
       count += ((page.items as k8s.V1Node[] | null) ?? []).length;
       const remaining = page.metadata?.remainingItemCount;
@@ -385,7 +373,7 @@ export class Quarantine implements Sink {
       const page = await withDeadline(this.timeoutMs, 'LIST nodes', (opts) =>
         this.o.clients.core.listNode(
           { labelSelector: `${QUARANTINED_LABEL}=true`, limit, ...(cont ? { _continue: cont } : {}) },
-          mergeOptions(opts, metadataOnly),
+          { ...opts, accept: METADATA_ONLY },
         ),
       );
       // PartialObjectMetadataList sends `items: null` when nothing matches.
@@ -449,11 +437,6 @@ export class Quarantine implements Sink {
       `${explainFailure('get, list and patch nodes', this.o.nodeName, f)}${rbac}`,
     );
   }
-}
-
-/** Appends a second set of request options' middleware to the first (the deadline's). */
-function mergeOptions(a: k8s.ConfigurationOptions, b: k8s.ConfigurationOptions): k8s.ConfigurationOptions {
-  return { ...a, middleware: [...(a.middleware ?? []), ...(b.middleware ?? [])], middlewareMergeStrategy: 'append' };
 }
 
 function sleep(ms: number): Promise<void> {

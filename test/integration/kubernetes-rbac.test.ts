@@ -120,7 +120,9 @@ test('with only the shipped ClusterRole the agent writes conditions, Events and 
   await a.stop();
 
   // ...and nothing more: the same identity can read Nodes but not change or delete them, nor touch core/v1 Events.
-  const { core } = makeClients(cluster.vigilKubeconfig);
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(cluster.vigilKubeconfig);
+  const core = kc.makeApiClient(k8s.CoreV1Api);
   const code = (p: Promise<unknown>) =>
     p.then(
       () => 200,

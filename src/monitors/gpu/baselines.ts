@@ -8,7 +8,7 @@
  * counters restart at boot), and so are readings older than the window (`gpu.counterWindow`): an
  * increase is only judged over a bounded time.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { AerHistory, AerReading } from './aer.ts';
 import { initialCheckState, type GpuCheckState } from './checks.ts';
 

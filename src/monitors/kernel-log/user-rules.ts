@@ -19,7 +19,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { ConditionType, Recovery, RuleReasonName, Severity } from '../../api/types.ts';
 import { lookupReason, ruleReason } from '../../catalog/index.ts';
 import { durationValue, positiveDurationValue, regexProblem } from '../../config/index.ts';
