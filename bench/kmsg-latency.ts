@@ -1,6 +1,7 @@
 /**
- * Time from a write to the real /dev/kmsg to the engine's finding, through the real reader (its
- * read thread), classifier and engine. Needs root. Each record names a fresh GPU so none is deduped.
+ * Time from a write to the real /dev/kmsg to the engine's finding, through the real reader (mode
+ * 'auto': one fault every 10 ms is no load, so the main thread reads, woken by poll(2)),
+ * classifier and engine. Needs root. Each record names a fresh GPU so none is deduped.
  */
 import { openSync, writeSync, closeSync } from 'node:fs';
 import { Registry } from 'prom-client';
@@ -35,7 +36,7 @@ export async function kmsgToFindingLatencies(writes: number): Promise<number[]> 
   });
   const monitor = new KernelLogMonitor({ reader: { lookbackMs: 0 }, registry: new Registry() });
   monitor.start({ finding: (f) => engine.finding(f), healthy: (h) => engine.healthy(h), source: (r) => engine.source(r) });
-  // A running agent, not one starting: its read thread takes some tens of ms to come up.
+  // A running agent, not one starting (the initial ring drain is behind it).
   await new Promise((r) => setTimeout(r, 500));
   try {
     for (let i = 0; i < writes; i++) {

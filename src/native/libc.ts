@@ -4,7 +4,9 @@
  * (`vigil scan`, `vigil --help`) never load koffi.
  *
  * The kmsg read thread runs in its own thread and binds poll(2) there; it gets the library name and
- * the declaration from here (POLL_WORKER_LIBC) instead of spelling them itself.
+ * the declaration from here (POLL_WORKER_LIBC) instead of spelling them itself. On the main thread
+ * poll(2) is only ever called asynchronously (`pollAsync`, koffi's `.async`: the call blocks a
+ * libuv pool thread, never the event loop).
  */
 import { createRequire } from 'node:module';
 import type Koffi from 'koffi';
@@ -32,6 +34,12 @@ export interface Libc {
   flock(fd: number, operation: number): number;
   adjtimex(buf: Buffer): number;
   klogctl(type: number, buf: Buffer | null, len: number): number;
+  /**
+   * poll(2) on one of libuv's pool threads (4 by default, shared with fs, dns.lookup, crypto and
+   * zlib); `done` runs on the main thread with poll's result, errno readable through errno() there.
+   * The pending call keeps the event loop alive until poll returns.
+   */
+  pollAsync(fds: Buffer, nfds: number, timeoutMs: number, done: (err: unknown, n: number) => void): void;
   /** errno as the last call through koffi on this thread left it. */
   errno(): number;
 }
@@ -57,6 +65,7 @@ function bind(): { libc: Libc } | { error: Error } {
         flock: fn<Libc['flock']>('flock'),
         adjtimex: fn<Libc['adjtimex']>('adjtimex'),
         klogctl: fn<Libc['klogctl']>('klogctl'),
+        pollAsync: fn<{ async: Libc['pollAsync'] }>('poll').async,
         errno: () => koffi.errno(),
       },
     };

@@ -1,7 +1,9 @@
 /**
  * KmsgReader on the real /dev/kmsg (needs root): records written now come back, with their
  * level and facility; the read thread is used, wakes the main thread only when records arrive, stops at once and
- * never holds the process open; a restart from the saved cursor replays nothing.
+ * never holds the process open; a restart from the saved cursor replays nothing. In mode 'auto'
+ * an idle reader has no thread (poll(2) on a pool thread wakes the main thread), moves to the
+ * thread under a flood without losing or repeating a record, and neither hangs stop() nor exit.
  *
  * Writes are `<3>vigil-test-<random> ...\n`: the trailing newline matters (without it the kernel
  * holds the record back as a possible continuation until the next one arrives), and the file is
@@ -69,7 +71,7 @@ function collector() {
 test('records written to /dev/kmsg come back through the read thread', { skip }, async () => {
   const c = collector();
   const errors: Error[] = [];
-  const r = new KmsgReader({ lookbackMs: 0, onRecords: (x) => c.onRecords(x), onError: (e) => errors.push(e) });
+  const r = new KmsgReader({ lookbackMs: 0, wait: 'thread', onRecords: (x) => c.onRecords(x), onError: (e) => errors.push(e) });
   r.start();
   try {
     assert.equal(r.waitMode, 'thread', `the read thread started (errors: ${errors.map((e) => e.message).join('; ')})`);
@@ -137,10 +139,10 @@ test('a restart from the saved cursor delivers only what came after it', { skip 
   }
 });
 
-test('a running reader that is never stopped does not keep the process from exiting', { skip }, () => {
+test('a running read thread that is never stopped does not keep the process from exiting', { skip }, () => {
   const script = [
     `import { KmsgReader } from ${JSON.stringify(path.join(ROOT, 'src/sources/kmsg/reader.ts'))};`,
-    'const r = new KmsgReader({ lookbackMs: 0, onError: (e) => console.error(e.message) });',
+    "const r = new KmsgReader({ lookbackMs: 0, wait: 'thread', onError: (e) => console.error(e.message) });",
     'r.start();',
     'setTimeout(() => console.log(r.waitMode), 300);',
   ].join('\n');
@@ -168,7 +170,7 @@ function blockMainThread(ms: number): void {
 test('when the main thread falls behind, noise is shed and counted, and every line a rule can match arrives', { skip }, async () => {
   const c = collector();
   const limits = { highRecords: 8, highChars: 1 << 20, hardRecords: 100_000, hardChars: 64 << 20 };
-  const r = new KmsgReader({ lookbackMs: 0, keep: [/NVRM: Xid/], limits, onRecords: (x) => c.onRecords(x) });
+  const r = new KmsgReader({ lookbackMs: 0, wait: 'thread', keep: [/NVRM: Xid/], limits, onRecords: (x) => c.onRecords(x) });
   r.start();
   try {
     assert.equal(r.waitMode, 'thread');
@@ -203,6 +205,7 @@ test('at its hard bound the read thread stops reading and resumes once the main 
   const batches: number[] = [];
   const r = new KmsgReader({
     lookbackMs: 0,
+    wait: 'thread',
     limits,
     onRecords: (x) => {
       const mine = x.filter((m) => m.message.includes(TAG)).length;
@@ -236,3 +239,130 @@ async function until(ok: () => boolean, ms: number): Promise<void> {
     await new Promise((res) => setTimeout(res, 20));
   }
 }
+
+test(
+  'in auto mode an idle reader has no read thread, is not woken while the log is quiet, and delivers a new record',
+  { skip },
+  async () => {
+    const c = collector();
+    const errors: Error[] = [];
+    const r = new KmsgReader({ lookbackMs: 0, onRecords: (x) => c.onRecords(x), onError: (e) => errors.push(e) });
+    r.start();
+    try {
+      assert.equal(r.waitMode, 'poll', `reading on the main thread, woken by poll(2) (errors: ${errors.map((e) => e.message).join('; ')})`);
+      // Other tests may write to the shared log meanwhile: only a wake-up without a record is idle work.
+      const wakeups = r.wakeups;
+      const read = r.recordsRead;
+      await new Promise((res) => setTimeout(res, 2000));
+      assert.ok(r.wakeups - wakeups <= r.recordsRead - read, `woke ${r.wakeups - wakeups} times for ${r.recordsRead - read} records`);
+      writeKmsg(`${TAG} idle poll record`, 4);
+      await c.until(1);
+      assert.deepEqual(
+        c.mine.map((m) => m.message.slice(TAG.length + 1)),
+        ['idle poll record'],
+      );
+      assert.equal(r.waitMode, 'poll', 'one record is no load: still no thread');
+      assert.deepEqual(errors, []);
+    } finally {
+      await r.stop();
+    }
+  },
+);
+
+test('in auto mode a flood moves reading to the read thread, and every record arrives once, in order', { skip }, async () => {
+  const c = collector();
+  const errors: Error[] = [];
+  const FIRST = 600;
+  const SECOND = 300;
+  const line = (i: number) =>
+    i % 50 === 7
+      ? `${TAG} flood ${i} NVRM: Xid (PCI:0000:${(i % 256).toString(16).padStart(2, '0')}:00): 79, GPU has fallen off the bus.`
+      : `${TAG} flood ${i}`;
+  /** How many of the first flood had been delivered when the thread had taken over. */
+  let takenOverAt: number | undefined;
+  const r = new KmsgReader({
+    lookbackMs: 0,
+    keep: [/NVRM: Xid/],
+    onError: (e) => errors.push(e),
+    onRecords: (x) => {
+      c.onRecords(x);
+      if (takenOverAt !== undefined || !c.mine.length) return;
+      // Slow classification: the first flood waits in the main thread's backlog while the thread boots.
+      if (r.waitMode !== 'thread') return blockMainThread(50);
+      // The thread reads from here on; its records must follow the backlog's, none twice.
+      takenOverAt = c.mine.length;
+      for (let i = FIRST; i < FIRST + SECOND; i++) writeKmsg(line(i), 6);
+    },
+  });
+  r.start();
+  try {
+    assert.equal(r.waitMode, 'poll');
+    // One synchronous loop: the reader wakes to all of it at once, far above its load mark.
+    for (let i = 0; i < FIRST; i++) writeKmsg(line(i), 6);
+    await until(() => takenOverAt !== undefined, 30_000);
+    assert.ok(takenOverAt! < FIRST, `the thread took over with ${FIRST - takenOverAt!} records of the first flood in the main backlog`);
+    await c.until(FIRST + SECOND, 30_000);
+    await new Promise((res) => setTimeout(res, 200));
+    assert.equal(r.waitMode, 'thread');
+    const got = c.mine.map((m) => m.message.slice(TAG.length + 1));
+    const want = Array.from({ length: FIRST + SECOND }, (_, i) => line(i).slice(TAG.length + 1));
+    assert.deepEqual(
+      got.filter((m) => m.includes('NVRM: Xid')),
+      want.filter((m) => m.includes('NVRM: Xid')),
+      'every line a rule can match, in order, none twice',
+    );
+    assert.deepEqual(got, want, 'every record, in order, none twice');
+    assert.equal(r.recordsLost, 0, 'nothing was lost in the kernel (another test flooding the ring can break this: rerun)');
+    assert.deepEqual(errors, []);
+  } finally {
+    await r.stop();
+  }
+});
+
+/** Runs a script in a child process; its exit status, output and how long it took. */
+function runChild(lines: string[]): { status: number | null; stdout: string; stderr: string; ms: number } {
+  const script = [`import { KmsgReader } from ${JSON.stringify(path.join(ROOT, 'src/sources/kmsg/reader.ts'))};`, ...lines].join('\n');
+  const t = Date.now();
+  const res = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  return { status: res.status, stdout: res.stdout, stderr: res.stderr, ms: Date.now() - t };
+}
+
+// A safety period of 60 s: had stop() or exit not woken the parked poll, the child would outlive its 20 s timeout.
+test('in auto mode stop() wakes the parked poll at once and the process then exits', { skip }, () => {
+  const res = runChild([
+    'const r = new KmsgReader({ lookbackMs: 0, safetyMs: 60_000, onError: (e) => console.error(e.message) });',
+    'r.start();',
+    'setTimeout(async () => { const mode = r.waitMode; const t = Date.now(); await r.stop(); console.log(mode, Date.now() - t); }, 300);',
+  ]);
+  assert.equal(res.status, 0, res.stderr);
+  const [mode, stopMs] = res.stdout.trim().split(' ');
+  assert.equal(mode, 'poll');
+  assert.ok(Number(stopMs) < 500, `stop() took ${stopMs} ms`);
+  assert.ok(res.ms < 10_000, `exited after ${res.ms} ms`);
+});
+
+test('in auto mode process.exit() does not wait for the parked poll', { skip }, () => {
+  const res = runChild([
+    'const r = new KmsgReader({ lookbackMs: 0, safetyMs: 60_000, onError: (e) => console.error(e.message) });',
+    'r.start();',
+    'setTimeout(() => { console.log(r.waitMode); process.exit(0); }, 300);',
+  ]);
+  assert.equal(res.status, 0, res.stderr);
+  assert.equal(res.stdout.trim(), 'poll');
+  assert.ok(res.ms < 10_000, `exited after ${res.ms} ms`);
+});
+
+test('in auto mode a reader that is never stopped lets the process exit after one safety period', { skip }, () => {
+  const res = runChild([
+    'const r = new KmsgReader({ lookbackMs: 0, safetyMs: 1000, onError: (e) => console.error(e.message) });',
+    'r.start();',
+    'setTimeout(() => console.log(r.waitMode), 300);',
+  ]);
+  assert.equal(res.status, 0, `${res.stderr} (a null status: still running after ${res.ms} ms)`);
+  assert.equal(res.stdout.trim(), 'poll');
+  assert.ok(res.ms < 12_000, `exited after ${res.ms} ms`);
+});

@@ -1,8 +1,10 @@
 /**
- * Reads /dev/kmsg in a worker thread of its own, so the kernel ring is emptied at read speed
- * whatever the main thread is doing (classifying, a GC pause, an API call). The ring holds only a
- * few thousand records: at 100,000 records/s it turns over every ~15 ms, and a reader that waits
- * for the main event loop loses most of a storm (measured: 44-85% lost on the main thread, <1% here).
+ * Reads /dev/kmsg in a worker thread of its own (from the start in mode 'thread'; in mode 'auto'
+ * only once the reader sees load, since an idle isolate costs ~8 MiB RSS), so the kernel ring is
+ * emptied at read speed whatever the main thread is doing (classifying, a GC pause, an API call).
+ * The ring holds only a few thousand records: at 100,000 records/s it turns over every ~15 ms, and
+ * a reader that waits for the main event loop loses most of a storm (measured: 44-85% lost on the
+ * main thread, <1% here).
  *
  * The thread sends records in kernel order, in batches (one message per read-until-empty, at most
  * BATCH records), and blocks in poll(2) (koffi) on the device and an eventfd when the ring is empty.
@@ -14,6 +16,10 @@
  *    by the reader. A record that can raise a finding is never shed.
  *  - Above the hard mark it stops reading: memory stays bounded, and what the kernel overwrites
  *    meanwhile shows as a sequence gap, counted as lost.
+ *
+ * Paused start (mode 'auto'): the main thread goes on reading while the isolate boots (tens of ms,
+ * in which a storm can overrun the ring); the thread says 'ready' and reads only after go(), which
+ * the main thread calls between two of its drains, so exactly one side reads at any time.
  *
  * SAFETY: Node joins worker threads at exit, so a thread stuck in poll(2) would hang the process.
  * close() sets a stop flag and signals the eventfd, as does process 'exit'; poll also returns every
@@ -33,6 +39,8 @@ export interface ReadThreadHandlers {
   onError(err: Error): void;
   /** The thread is gone (crashed, or poll failed); the reader must read some other way. */
   onFailed(err: Error): void;
+  /** Started paused: the thread is up and waits for go(). */
+  onReady?(): void;
 }
 
 export interface ReadThreadLimits {
@@ -57,6 +65,7 @@ const BATCH = 512;
 const CONSUMED_RECORDS = 0;
 const CONSUMED_CHARS = 1;
 const STOP = 2;
+const GO = 3;
 
 // Runs inside the worker as CommonJS (eval), so it needs no TypeScript loader and survives bundling.
 const WORKER_SOURCE = `
@@ -94,6 +103,11 @@ function matters(t) {
   for (const re of keep) if (re.test(msg)) return true;
   return false;
 }
+if (d.paused) {
+  // Reads nothing until go(): a 1 ms poll on the eventfd (which only ever means stop) until then.
+  parentPort.postMessage({ type: 'ready' });
+  while (!Atomics.load(shared, ${GO}) && !Atomics.load(shared, ${STOP})) if (wait(false, 1) === 'stop') break;
+}
 for (;;) {
   if (Atomics.load(shared, ${STOP})) break;
   const inFlight = (posted - Atomics.load(shared, ${CONSUMED_RECORDS})) | 0;
@@ -104,7 +118,7 @@ for (;;) {
     continue;
   }
   const items = [];
-  let kept = 0, chars = 0, caughtUp = false, error;
+  let kept = 0, chars = 0, caughtUp = false, eof = false, error;
   while (items.length < ${BATCH} && inFlight + kept < d.limits.hardRecords && inFlightChars + chars < d.limits.hardChars) {
     let n;
     try {
@@ -115,7 +129,7 @@ for (;;) {
       error = e;
       break;
     }
-    if (n <= 0) { caughtUp = true; break; }
+    if (n <= 0) { caughtUp = true; eof = true; break; } // a FIFO without writers (tests, benches): it polls readable forever
     const text = buf.toString('utf8', 0, n);
     if (d.keep.length && (inFlight + kept >= d.limits.highRecords || inFlightChars + chars >= d.limits.highChars) && !matters(text)) {
       const seq = seqOf(text);
@@ -136,6 +150,10 @@ for (;;) {
     if (wait(false, 1000) === 'stop') break;
     continue;
   }
+  if (eof) {
+    if (wait(false, 1000) === 'stop') break;
+    continue;
+  }
   if (caughtUp) {
     const w = wait(true, d.safetyMs);
     if (w === 'stop') break;
@@ -146,6 +164,7 @@ parentPort.close();
 `;
 
 type WorkerMessage =
+  | { type: 'ready' }
   | { type: 'items'; items: ReadItem[]; caughtUp: boolean }
   | { type: 'error'; message: string; code?: string }
   | { type: 'failed'; message: string };
@@ -157,7 +176,7 @@ const EFD_CLOEXEC = 0o2000000;
 export class ReadThread {
   private readonly worker: Worker;
   private readonly wakeFd: number;
-  private readonly shared = new Int32Array(new SharedArrayBuffer(12));
+  private readonly shared = new Int32Array(new SharedArrayBuffer(16));
   private consumedRecords = 0;
   private consumedChars = 0;
   private closed = false;
@@ -167,7 +186,7 @@ export class ReadThread {
   constructor(
     fd: number,
     private readonly h: ReadThreadHandlers,
-    opts: { keep?: readonly RegExp[]; limits?: ReadThreadLimits; safetyMs?: number } = {},
+    opts: { keep?: readonly RegExp[]; limits?: ReadThreadLimits; safetyMs?: number; paused?: boolean } = {},
   ) {
     const c = libc();
     this.wakeFd = c.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -183,6 +202,7 @@ export class ReadThread {
           keep: (opts.keep ?? []).map((re) => ({ source: re.source, flags: re.flags })),
           limits: opts.limits ?? DEFAULT_READ_LIMITS,
           safetyMs: opts.safetyMs ?? 10_000,
+          paused: opts.paused ?? false,
         },
         // Plain CommonJS: do not inherit --import tsx and friends (faster start, less memory).
         execArgv: [],
@@ -202,6 +222,11 @@ export class ReadThread {
     // After the listeners: adding a 'message' listener refs the worker's port again.
     this.worker.unref();
     process.once('exit', this.onExit);
+  }
+
+  /** Started paused: the thread may read from now on (the caller has stopped reading the fd). */
+  go(): void {
+    Atomics.store(this.shared, GO, 1);
   }
 
   /** The main thread is done with `records` records of `chars` characters: they leave the queue. */
@@ -249,7 +274,8 @@ export class ReadThread {
 
   private onMessage(m: WorkerMessage): void {
     if (this.closed) return;
-    if (m.type === 'items') this.h.onItems(m.items, m.caughtUp);
+    if (m.type === 'ready') this.h.onReady?.();
+    else if (m.type === 'items') this.h.onItems(m.items, m.caughtUp);
     else if (m.type === 'error') this.h.onError(Object.assign(new Error(m.message), m.code ? { code: m.code } : {}));
     else this.h.onFailed(new Error(m.message));
   }

@@ -2,12 +2,15 @@
  * Reads kernel log records from /dev/kmsg as they arrive.
  *
  * Each read of the device returns exactly one record (the buffer must be >= 8 KiB or the kernel
- * drops the record with EINVAL). On the real device a thread of its own reads (read-thread.ts):
- * it empties the ring at read speed whatever the main thread does, sheds noise (counted) when the
- * main thread falls behind, and sleeps in poll(2) while the log is quiet, so a quiet log costs
- * nothing on the main thread. Records are delivered in bounded batches, one per turn of the event
- * loop, so classifying a burst never starves the HTTP server. Without the thread (a test device,
- * or koffi unavailable) the main thread reads, with the fd O_NONBLOCK, re-checking on an interval.
+ * drops the record with EINVAL). Mode 'auto' (the default) reads on the main thread, woken by
+ * poll(2) parked on a libuv pool thread (wait.ts PollWaiter): a quiet log costs no second V8
+ * isolate (~8 MiB RSS) and no periodic work. Under load (LOAD_RECORDS) it hands the fd to a thread
+ * of its own (read-thread.ts; the main thread reads on until it is up), which then stays: it
+ * empties the ring at read speed whatever the main thread does and sheds noise (counted) when the
+ * main thread falls behind. Mode 'thread' starts that thread at once. Records are delivered in
+ * bounded batches, one per turn of the event loop, so classifying a burst never starves the HTTP
+ * server. Without koffi (or on a test device) the main thread reads, with the fd O_NONBLOCK,
+ * re-checking on an interval.
  * EPIPE means the ring overwrote records we had not read: the gap is counted from sequence
  * numbers and reading continues from the oldest record left.
  *
@@ -29,7 +32,7 @@ import { readBootId } from '../../util/boot-id.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
 import { ReadThread, type ReadItem, type ReadThreadLimits } from './read-thread.ts';
-import { IntervalWaiter } from './wait.ts';
+import { IntervalWaiter, PollWaiter, type PollWake } from './wait.ts';
 
 /** Where the reader is: persisted by the state store so a restart neither replays nor skips. */
 export interface KmsgCursor {
@@ -54,8 +57,13 @@ export interface KmsgReaderOptions {
   newBootLookbackMs?: number;
   /** Records per batch before yielding to the event loop (default 64). */
   batchSize?: number;
-  /** How to read: 'auto' tries the read thread and falls back to 'interval' (main thread, re-checking). */
+  /**
+   * How to read: 'auto' on the main thread woken by poll(2), moving to the read thread under load;
+   * 'thread' in the read thread from the start; both fall back to 'interval' (main thread, re-checking).
+   */
   wait?: 'auto' | 'thread' | 'interval';
+  /** Longest a parked poll(2) waits before re-checking (default 10 s; test seam). */
+  safetyMs?: number;
   /** Re-check period of the interval fallback (default 200 ms). */
   intervalMs?: number;
   /**
@@ -96,6 +104,15 @@ const RECORD_OVERHEAD_BYTES = 160;
 const DEFAULT_LOOKBACK_MS = 5 * 60_000;
 /** Wait after a read error other than EAGAIN/EPIPE before trying again. */
 const ERROR_BACKOFF_MS = 1000;
+/**
+ * Mode 'auto' moves reading to the read thread once this many live records were read while the
+ * backlog never emptied (or any record was lost, or the read-ahead filled): the main thread is
+ * no longer keeping up on its own turns, and only the thread reads at ring speed whatever the main
+ * thread does. One sixteenth of a default ring (4096 records): low enough to start the thread early
+ * in a storm, high enough that a burst of a few hundred lines (a GPU reset) stays on the main thread.
+ * The main thread reads on while the thread boots (bootThread).
+ */
+const LOAD_RECORDS = 256;
 
 const realIo: KmsgIo = {
   open: (path) => openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
@@ -141,8 +158,16 @@ export class KmsgReader {
   private readonly metrics: ReturnType<typeof kmsgMetrics>;
   private fd = -1;
   private lastSeq: number;
-  /** Reading on the main thread: re-checks the device on an interval. */
-  private waiter: IntervalWaiter | undefined;
+  /** Reading on the main thread: woken by poll(2) on a pool thread, or re-checking on an interval. */
+  private waiter: PollWaiter | IntervalWaiter | undefined;
+  /** Live records read on the main thread since its backlog was last empty (the load rule). */
+  private liveSinceEmpty = 0;
+  /** Mode 'auto': the read thread, started paused, until it is up and takes over. */
+  private pendingThread: ReadThread | undefined;
+  /** Mode 'auto': the read thread could not start; stay on the main thread. */
+  private threadRefused = false;
+  /** The last read hit end of file (a FIFO without writers, a regular file: never /dev/kmsg), which polls readable forever. */
+  private atEof = false;
   /** Reading in a thread of its own (the normal case on the real device). */
   private thread: ReadThread | undefined;
   private running = false;
@@ -167,9 +192,9 @@ export class KmsgReader {
     this.metrics = kmsgMetrics(opts.registry);
   }
 
-  /** How records are read ('thread', or 'interval' on the main thread); undefined before start. */
-  get waitMode(): 'thread' | 'interval' | undefined {
-    return this.thread ? 'thread' : this.waiter ? 'interval' : undefined;
+  /** How records are read: 'thread', or on the main thread woken by 'poll' or re-checking on an 'interval'; undefined before start. */
+  get waitMode(): 'thread' | 'poll' | 'interval' | undefined {
+    return this.thread ? 'thread' : this.waiter instanceof PollWaiter ? 'poll' : this.waiter ? 'interval' : undefined;
   }
 
   /** The position to persist: the last record handled in this boot (seq -1 before any); never past one read but not delivered. */
@@ -203,8 +228,16 @@ export class KmsgReader {
     this.backlog = [];
     this.backlogBytes = 0;
     this.backlogChars = [];
+    this.liveSinceEmpty = 0;
+    this.atEof = false;
     this.running = true;
-    if (this.io === realIo && (this.opts.wait ?? 'auto') !== 'interval') {
+    const mode = this.opts.wait ?? 'auto';
+    if (this.io === realIo && mode === 'auto') {
+      this.waiter = this.pollWaiter() ?? this.intervalWaiter();
+      this.drain();
+      return;
+    }
+    if (this.io === realIo && mode === 'thread') {
       // What the ring holds now is read here, at once: records written after start() are then told
       // apart by position (after the first EAGAIN), not by the printk clock, which can lag the
       // monotonic clock by milliseconds. The thread continues from the same file position.
@@ -215,7 +248,7 @@ export class KmsgReader {
         this.opts.onError?.(toError(err));
       }
       try {
-        if (state !== 'failed') this.thread = this.startThread();
+        if (state !== 'failed') this.thread = this.startThread(false);
       } catch (err) {
         this.running = false;
         this.io.close(this.fd);
@@ -238,9 +271,12 @@ export class KmsgReader {
     if (this.retry) clearTimeout(this.retry);
     const w = this.waiter;
     const t = this.thread;
+    const p = this.pendingThread;
     this.waiter = undefined;
     this.thread = undefined;
+    this.pendingThread = undefined;
     await w?.close();
+    await p?.close();
     // The thread reads the fd: it must be gone before the fd is closed (and its number reused).
     await t?.close();
     try {
@@ -252,17 +288,29 @@ export class KmsgReader {
   }
 
   /** The read thread on the real device; undefined (after saying why) when it cannot start. */
-  private startThread(): ReadThread | undefined {
+  private startThread(paused: boolean): ReadThread | undefined {
     const mode = this.opts.wait ?? 'auto';
     const fallBack = (why: string) =>
-      this.opts.onError?.(new Error(`kmsg: read thread ${why}; reading on the main thread every ${this.opts.intervalMs ?? 200} ms`));
+      this.opts.onError?.(
+        new Error(`kmsg: read thread ${why}; reading on the main thread${this.waiter ? '' : ` every ${this.opts.intervalMs ?? 200} ms`}`),
+      );
+    let booting: ReadThread | undefined;
     try {
-      return new ReadThread(
+      booting = new ReadThread(
         this.fd,
         {
           onItems: (items, caughtUp) => this.take(items, caughtUp),
           onError: (err) => this.opts.onError?.(err),
+          onReady: () => this.takeOver(booting),
           onFailed: (err) => {
+            if (this.running && booting && booting === this.pendingThread) {
+              // Failed before it read anything: the main thread never stopped reading.
+              fallBack(`failed: ${err.message}`);
+              this.pendingThread = undefined;
+              this.threadRefused = true;
+              void booting.close();
+              return;
+            }
             if (!this.running || !this.thread) return;
             fallBack(`failed: ${err.message}`);
             const t = this.thread;
@@ -272,13 +320,81 @@ export class KmsgReader {
             this.waiter.arm();
           },
         },
-        { ...(this.opts.keep ? { keep: this.opts.keep } : {}), ...(this.opts.limits ? { limits: this.opts.limits } : {}) },
+        {
+          ...(this.opts.keep ? { keep: this.opts.keep } : {}),
+          ...(this.opts.limits ? { limits: this.opts.limits } : {}),
+          ...(this.opts.safetyMs ? { safetyMs: this.opts.safetyMs } : {}),
+          paused,
+        },
       );
+      return booting;
     } catch (err) {
       if (mode === 'thread') throw err;
       fallBack(`unavailable: ${errorMessage(err)}`);
       return undefined;
     }
+  }
+
+  /** Mode 'auto': the main thread's poll(2) waker; undefined (after saying why) when koffi/libc is unavailable. */
+  private pollWaiter(): PollWaiter | undefined {
+    try {
+      return new PollWaiter(
+        this.fd,
+        {
+          onReady: (wake) => this.woken(wake),
+          onFailed: (err) => {
+            if (!this.running || !(this.waiter instanceof PollWaiter)) return;
+            this.opts.onError?.(new Error(`kmsg: poll(2) failed: ${err.message}; reading every ${this.opts.intervalMs ?? 200} ms`));
+            void this.waiter.close();
+            this.waiter = this.intervalWaiter();
+            this.drain();
+          },
+        },
+        this.opts.safetyMs,
+      );
+    } catch (err) {
+      this.opts.onError?.(new Error(`kmsg: poll(2) unavailable: ${errorMessage(err)}; reading every ${this.opts.intervalMs ?? 200} ms`));
+      return undefined;
+    }
+  }
+
+  /** `_wake`: a hang-up shows as end of file on the read, where it is handled for every waiter. */
+  private woken(_wake: PollWake): void {
+    this.wakeups++;
+    this.drain();
+  }
+
+  /**
+   * Mode 'auto' under load: starts the read thread paused. The main thread goes on reading while
+   * the thread's isolate boots (tens of ms, in which a storm could overrun the ring); takeOver()
+   * then moves the fd to it. The thread stays once started: a hand-back would need the thread to
+   * stop between two reads and say where, to save ~8 MiB after a storm.
+   */
+  private bootThread(): void {
+    const t = this.startThread(true);
+    if (t) this.pendingThread = t;
+    else this.threadRefused = true;
+  }
+
+  /**
+   * The paused thread is up: from here on only it reads. This runs between two drains (a message,
+   * never inside one), the main thread reads no more (no waiter: drain() returns at once), and the
+   * thread reads from the fd's position, so nothing is read twice or skipped; records already in
+   * the backlog keep their place (marked -1: never in the thread's queue) and the thread's follow.
+   */
+  private takeOver(t: ReadThread | undefined): void {
+    if (!t || !this.running || t !== this.pendingThread) return;
+    this.pendingThread = undefined;
+    const w = this.waiter;
+    this.waiter = undefined;
+    this.thread = t;
+    if (this.immediate) clearImmediate(this.immediate);
+    this.immediate = undefined;
+    if (this.retry) clearTimeout(this.retry);
+    this.retry = undefined;
+    void w?.close(); // the parked poll only waits; it never reads
+    t.go();
+    if (this.backlog.length) this.immediate = setImmediate(() => this.deliverNext());
   }
 
   private intervalWaiter(): IntervalWaiter {
@@ -350,6 +466,9 @@ export class KmsgReader {
     this.immediate = undefined;
     if (!this.running || this.draining || !this.waiter) return;
     this.draining = true;
+    const live = !this.initial;
+    const read = this.recordsRead;
+    const lost = this.recordsLost;
     let state: 'empty' | 'more' | 'failed';
     try {
       state = this.readHere();
@@ -359,7 +478,11 @@ export class KmsgReader {
     } finally {
       this.draining = false;
     }
+    if (live) this.liveSinceEmpty += this.recordsRead - read;
+    const loaded = live && (this.liveSinceEmpty >= LOAD_RECORDS || this.recordsLost > lost || state === 'more');
+    if (loaded && this.waiter instanceof PollWaiter && !this.threadRefused && !this.pendingThread && this.running) this.bootThread();
     this.deliverBatch();
+    if (!this.backlog.length) this.liveSinceEmpty = 0;
     if (!this.running || !this.waiter) return;
     if (state === 'more' || (this.backlog.length && state !== 'failed')) this.immediate = setImmediate(() => this.drain());
     // A device that keeps failing also keeps polling readable: back off instead of spinning.
@@ -368,7 +491,13 @@ export class KmsgReader {
         this.retry = undefined;
         this.drain();
       }, ERROR_BACKOFF_MS).unref();
-    else this.waiter.arm();
+    else if (this.atEof && this.recordsRead === read) {
+      // Woken for nothing but end of file: wait instead of spinning.
+      this.retry = setTimeout(() => {
+        this.retry = undefined;
+        this.waiter?.arm();
+      }, ERROR_BACKOFF_MS).unref();
+    } else this.waiter.arm();
   }
 
   /** Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws on a read error. */
@@ -381,6 +510,7 @@ export class KmsgReader {
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
         if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
+          this.atEof = false;
           this.caughtUp();
           return 'empty';
         }
@@ -388,7 +518,11 @@ export class KmsgReader {
         if (code === 'EINTR') continue;
         throw err;
       }
-      if (n <= 0) return 'empty';
+      if (n <= 0) {
+        this.atEof = true;
+        return 'empty';
+      }
+      this.atEof = false;
       if (this.accept(this.buf.toString('utf8', 0, n), this.backlog)) this.backlogChars.push(-1);
     }
     return 'more';
