@@ -76,6 +76,7 @@ import { startCluster, shippedClusterRoleRules, type TestCluster } from '../test
 import { uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-process.ts';
 import { percentile } from '../test/helpers/kmsg-burst.ts';
 import { rng } from '../test/helpers/prng.ts';
+import { buildDist } from './dist.ts';
 import { cpuSeconds } from './idle.ts';
 import { buildKmsgCorpus } from './kmsg.ts';
 import { ApiObserver, names, type Sign } from './peers/observer.ts';
@@ -802,19 +803,6 @@ function machine(): Record<string, string | number> {
   };
 }
 
-/** dist/ is what a node runs; rebuild it so `vigil` is not run from source through tsx. */
-function buildVigil(): boolean {
-  try {
-    execFileSync('npm', ['run', '-s', 'build'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-    // Others may edit src/ while this runs: keep timing the build made now (bin/vigil.js).
-    process.env.VIGIL_FROM_SOURCE = '0';
-    return true;
-  } catch (err) {
-    log(`npm run build failed; vigil runs from source (tsx): ${String(err).slice(0, 300)}`);
-    return false;
-  }
-}
-
 const TARGETS: Record<string, string> = {
   latency_p99_ms: 'Vigil ≥ 10× lower than NPD',
   later_fault_signal_p99_ms: 'Vigil no slower than NPD',
@@ -899,7 +887,7 @@ async function main(): Promise<void> {
   if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs: expected a positive integer, got ${process.argv[i + 1]}`);
   if (process.getuid?.() !== 0) throw new Error('bench:compare writes to /dev/kmsg: run it as root');
   const npdBin = buildNpd();
-  const fromDist = buildVigil();
+  const fromDist = buildDist(log);
   const results: RunResult[] = [];
   for (let r = 0; r < runs; r++) {
     log(`run ${r + 1}/${runs}`);

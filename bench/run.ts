@@ -5,6 +5,7 @@
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildDist } from './dist.ts';
 
 type Bench = () => Promise<Record<string, number>> | Record<string, number>;
 
@@ -33,6 +34,9 @@ try {
   /* first run */
 }
 
+// The benches that start the agent time the bundle a node runs (dist/), built now.
+const fromDist = buildDist((msg) => process.stderr.write(msg + '\n'));
+
 let failed = 0;
 for (const name of names) {
   const load = benches[name];
@@ -53,6 +57,7 @@ for (const name of names) {
   }
 }
 results.measured_at = new Date().toISOString();
+results.vigil_from_dist = fromDist ? 1 : 0;
 mkdirSync(path.dirname(out), { recursive: true });
 writeFileSync(out, JSON.stringify(results, null, 2) + '\n');
 process.stderr.write(`wrote ${out}\n`);
