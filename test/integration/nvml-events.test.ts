@@ -135,3 +135,34 @@ test('a GPU added after start is picked up (inventory change re-registers events
     await monitor.stop();
   }
 });
+
+test('clock events poll early at most once per eventPollMinInterval, and that poll reads the clock reasons', async () => {
+  const env = new FakeNvmlEnv(1);
+  envs.push(env);
+  // An H200 on driver 580 lists clock events (0x10) as supported; the fake's default does not.
+  env.gpu(0, { supportedEvents: 0xcc1b });
+  const { monitor, registry } = fakeMonitor(env, { eventPollMinInterval: 1_000, thresholds: { clockEventPolls: 1 } });
+  const sink = new RecordingSink();
+  const polls = async () => Number(/vigil_gpu_poll_duration_seconds_count (\d+)/.exec(await registry.metrics())?.[1] ?? NaN);
+  try {
+    await monitor.start(sink);
+    const afterStart = await polls();
+    // The GPU starts throttling: the first clock event's poll sees it long before a regular poll.
+    env.gpu(0, { clocksEventReasons: 0x8 });
+    env.event({ gpu: 0, type: 0x10 });
+    await sink.waitFor((f) => f.reason === 'NvidiaClockSlowdown', 1_000);
+    const firstPollAt = Date.now();
+    // A busy GPU's clocks keep changing: 50 more events within 500 ms cost one more poll, not 50.
+    for (let i = 0; i < 50; i++) {
+      env.event({ gpu: 0, type: 0x10 });
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    // The trailing poll runs 1 s after the first; give it half a second to finish.
+    await new Promise((r) => setTimeout(r, firstPollAt + 1_500 - Date.now()));
+    assert.equal(await polls(), afterStart + 2);
+    await new Promise((r) => setTimeout(r, 1_200));
+    assert.equal(await polls(), afterStart + 2, 'no poll without a new event');
+  } finally {
+    await monitor.stop();
+  }
+});

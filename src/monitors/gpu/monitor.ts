@@ -139,6 +139,9 @@ export class GpuMonitor implements Monitor {
   private hung = new Map<number, HangReport>();
   private polling: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
+  /** An early poll asked for by clock/retirement events: when the last ran, and the one pending. */
+  private eventPollAt = -Infinity;
+  private eventPollTimer: NodeJS.Timeout | null = null;
   private eventStatus: GpuSnapshot['events'] = { status: 'off', detail: null, devices: [] };
   private eventBackoffMs = 1_000;
   private eventTimer: NodeJS.Timeout | null = null;
@@ -225,6 +228,7 @@ export class GpuMonitor implements Monitor {
     if (this.state === 'running') this.state = 'stopped';
     if (this.timer) clearTimeout(this.timer);
     if (this.eventTimer) clearTimeout(this.eventTimer);
+    if (this.eventPollTimer) clearTimeout(this.eventPollTimer);
     this.timer = this.eventTimer = null;
     await Promise.all([this.eventClient?.stop(), this.pollClient.close(), this.dcgm?.stop()]);
     this.eventClient = null;
@@ -667,9 +671,24 @@ export class GpuMonitor implements Monitor {
   private onEvent(e: NvmlEvent): void {
     const gpu = this.gpuFor(e.index, e.uuid, e.busId);
     for (const f of eventFindings(e, gpu, this.config)) this.emit(f);
-    // A GPU that just became unusable: let the poll confirm it and re-initialise. A clock or
-    // retirement event: read the clock-event reasons and remapped rows now rather than next poll.
-    if (e.eventType & (EVENT_BITS.GpuUnavailableError | EVENT_BITS.Clock | EVENT_BITS.DramRetirementEvent)) void this.pollOnce();
+    // A GPU that just became unusable: let the poll confirm it and re-initialise, at once.
+    if (e.eventType & EVENT_BITS.GpuUnavailableError) void this.pollOnce();
+    // A clock or retirement event: read the clock-event reasons and remapped rows before the next
+    // regular poll, but at most once per eventPollMinInterval (clocks change often under load).
+    else if (e.eventType & (EVENT_BITS.Clock | EVENT_BITS.DramRetirementEvent)) this.pollEarly();
+  }
+
+  private pollEarly(): void {
+    if (this.eventPollTimer) return;
+    const run = () => {
+      this.eventPollTimer = null;
+      this.eventPollAt = performance.now();
+      void this.pollOnce();
+    };
+    const wait = this.eventPollAt + this.config.eventPollMinInterval - performance.now();
+    if (wait <= 0) return run();
+    this.eventPollTimer = setTimeout(run, wait);
+    this.eventPollTimer.unref();
   }
 
   /** The GPU at an NVML index: from the inventory, or from what the poll worker read before it hung. */

@@ -51,7 +51,7 @@ export const EVENT_BITS = {
   DoubleBitEccError: 0x2,
   PState: 0x4,
   XidCriticalError: 0x8,
-  /** Clock changes; Kepler only (newer GPUs do not list it as supported), so polls read the reasons. */
+  /** Clock changes (an H200 on driver 580 supports it); the event carries no reason, a poll reads it. */
   Clock: 0x10,
   SingleBitEccErrorStorm: 0x200,
   DramRetirementEvent: 0x400,
@@ -64,7 +64,7 @@ export const EVENT_BITS = {
 
 /**
  * Events Vigil subscribes to (ANDed with what each GPU supports). SBE and pending retirement/remap
- * events are Info/Warning signals; a clock event makes the monitor re-read the clock-event reasons.
+ * events are Info/Warning signals; a clock event makes the monitor poll early (rate-limited).
  * Not poison events (the Xid 94/95 they come with is reported already), not PState changes (noise).
  */
 export const DEFAULT_EVENT_MASK =
