@@ -164,7 +164,7 @@ test('the DaemonSet: system-node-critical, every taint tolerated, NODE_NAME from
   );
   assert.equal(c.readinessProbe?.httpGet?.path, '/healthz');
   assert.equal(c.livenessProbe?.httpGet?.path, '/livez');
-  assert.deepEqual(c.resources, { requests: { cpu: '10m', memory: '96Mi' }, limits: { cpu: '250m', memory: '256Mi' } });
+  assert.deepEqual(c.resources, { requests: { cpu: '10m', memory: '128Mi' }, limits: { cpu: '250m', memory: '256Mi' } });
   const state = pod.volumes?.find((v) => v.name === 'state');
   assert.deepEqual(state?.hostPath, { path: '/var/lib/vigil', type: 'DirectoryOrCreate' });
 });
