@@ -77,10 +77,7 @@ export const gpuSectionSchema = z.strictObject({
   eventWait: durationValue.pipe(z.number().int().min(10).max(5_000)).default(250),
   /** Subscribe to NVML events (Xid, double-bit ECC, ...). */
   events: z.boolean().default(true),
-  /**
-   * Clock-change and page-retirement events make the monitor poll early, at most once per this
-   * interval (S): a busy GPU changes clocks many times a minute (an H200 on driver 580 reports them).
-   */
+  /** Page-retirement events make the monitor poll early (remapped rows), at most once per this interval (S). */
   eventPollMinInterval: positiveDuration(30_000),
   /** GPUs expected on the node; null = the number of NVIDIA display/3D PCI functions in sysfs. */
   expectedCount: z.number().int().min(0).nullable().default(null),

@@ -136,25 +136,37 @@ test('a GPU added after start is picked up (inventory change re-registers events
   }
 });
 
-test('clock events poll early at most once per eventPollMinInterval, and that poll reads the clock reasons', async () => {
+test('clock events are not subscribed even where the GPU supports them (a busy H200 sent about 40 a second)', async () => {
   const env = new FakeNvmlEnv(1);
   envs.push(env);
-  // An H200 on driver 580 lists clock events (0x10) as supported; the fake's default does not.
+  // What a real H200 on driver 580 reported as supported: the fake's default plus clock changes.
   env.gpu(0, { supportedEvents: 0xcc1b });
+  const { monitor } = fakeMonitor(env);
+  try {
+    await monitor.start(new RecordingSink());
+    assert.equal(monitor.snapshot().events.devices[0]?.mask, 0xcc0b);
+  } finally {
+    await monitor.stop();
+  }
+});
+
+test('retirement events poll early at most once per eventPollMinInterval, and that poll reads the GPU', async () => {
+  const env = new FakeNvmlEnv(1);
+  envs.push(env);
   const { monitor, registry } = fakeMonitor(env, { eventPollMinInterval: 1_000, thresholds: { clockEventPolls: 1 } });
   const sink = new RecordingSink();
   const polls = async () => Number(/vigil_gpu_poll_duration_seconds_count (\d+)/.exec(await registry.metrics())?.[1] ?? NaN);
   try {
     await monitor.start(sink);
     const afterStart = await polls();
-    // The GPU starts throttling: the first clock event's poll sees it long before a regular poll.
+    // Something only a poll reads (a HW slowdown) shows up after the first event, long before a regular poll.
     env.gpu(0, { clocksEventReasons: 0x8 });
-    env.event({ gpu: 0, type: 0x10 });
+    env.event({ gpu: 0, type: 0x400 });
     await sink.waitFor((f) => f.reason === 'NvidiaClockSlowdown', 1_000);
     const firstPollAt = Date.now();
-    // A busy GPU's clocks keep changing: 50 more events within 500 ms cost one more poll, not 50.
+    // 50 more events within 500 ms cost one more poll, not 50.
     for (let i = 0; i < 50; i++) {
-      env.event({ gpu: 0, type: 0x10 });
+      env.event({ gpu: 0, type: 0x400 });
       await new Promise((r) => setTimeout(r, 10));
     }
     // The trailing poll runs 1 s after the first; give it half a second to finish.

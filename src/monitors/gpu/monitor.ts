@@ -139,7 +139,7 @@ export class GpuMonitor implements Monitor {
   private hung = new Map<number, HangReport>();
   private polling: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
-  /** An early poll asked for by clock/retirement events: when the last ran, and the one pending. */
+  /** An early poll asked for by events: when the last ran, and the one pending. */
   private eventPollAt = -Infinity;
   private eventPollTimer: NodeJS.Timeout | null = null;
   private eventStatus: GpuSnapshot['events'] = { status: 'off', detail: null, devices: [] };
@@ -673,8 +673,8 @@ export class GpuMonitor implements Monitor {
     for (const f of eventFindings(e, gpu, this.config)) this.emit(f);
     // A GPU that just became unusable: let the poll confirm it and re-initialise, at once.
     if (e.eventType & EVENT_BITS.GpuUnavailableError) void this.pollOnce();
-    // A clock or retirement event: read the clock-event reasons and remapped rows before the next
-    // regular poll, but at most once per eventPollMinInterval (clocks change often under load).
+    // A retirement event: read the remapped rows before the next regular poll, at most once per
+    // eventPollMinInterval. Clock events are not subscribed by default (DEFAULT_EVENT_MASK).
     else if (e.eventType & (EVENT_BITS.Clock | EVENT_BITS.DramRetirementEvent)) this.pollEarly();
   }
 
