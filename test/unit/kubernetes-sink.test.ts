@@ -13,6 +13,8 @@ import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../
 import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
 import { ConditionWriter, summarize } from '../../src/sinks/kubernetes/conditions.ts';
 import { EventRecorder } from '../../src/sinks/kubernetes/events.ts';
+import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
+import type { Engine } from '../../src/engine/engine.ts';
 
 interface Call {
   op: 'patchNode' | 'createEvent' | 'patchEvent';
@@ -274,4 +276,91 @@ test('every new failing entity changes the condition written, even once the engi
     await advance(1000);
   }
   await w.stop();
+});
+
+test('a new failing entity on a condition already False: its Event goes first, the message patch once it is through (at most 100 ms later)', async () => {
+  const calls: Call[] = [];
+  const clients = fakeClients(calls, clock) as unknown as {
+    core: Record<string, unknown>;
+    events: { createNamespacedEvent: (req: { body: unknown }) => Promise<unknown> };
+  };
+  clients.core.readNode = () => Promise.resolve({ metadata: { uid: 'u1' }, status: { conditions: [] } });
+  // Event creates are held until released, as a slow API server would.
+  const held: (() => void)[] = [];
+  clients.events.createNamespacedEvent = (req) => {
+    calls.push({ op: 'createEvent', at: clock(), body: req.body });
+    return new Promise<unknown>((r) => held.push(() => r({})));
+  };
+  const sink = new KubernetesSink({
+    clients: clients as unknown as KubeClients,
+    nodeName: 'n1',
+    log,
+    registry: new Registry(),
+    heartbeatMs: 0,
+    coalesceMs: 0, // the sink's writer runs on the real clock; this test is about order, not the window
+    eventNamespace: 'default',
+    eventsPerReasonPerMinute: 6,
+    staleGraceMs: 0,
+    finalWriteMs: 0,
+    instance: 'vigil-test',
+  });
+  let current = health('True', 'ok');
+  await sink.start({ health: () => current, adoptConditions: () => {} } as unknown as Engine);
+  await advance(0);
+  // Start-up writes what the Node should show first; count from there.
+  const base = calls.filter((c) => c.op === 'patchNode').length;
+  const patches = () => calls.filter((c) => c.op === 'patchNode').slice(base);
+  const fatal = (entity: string): EngineEvent => ({
+    kind: 'finding',
+    finding: {
+      reason: 'NvidiaXID79Error',
+      message: 'off the bus',
+      source: 'kmsg',
+      entity,
+      at: t,
+      severity: 'Fatal',
+      condition: 'C',
+      action: 'reboot',
+      count: 1,
+    },
+  });
+  const failing = (...entities: string[]) =>
+    health(
+      'False',
+      entities.join(', '),
+      entities.map((e) => problem('NvidiaXID79Error', e)),
+    );
+
+  // The first failing GPU turns the condition False: that patch goes out at once, Event or not.
+  current = failing('gpu:a');
+  sink.handle(fatal('gpu:a'), current);
+  await advance(0);
+  assert.equal(patches().length, 1);
+  held.splice(0).forEach((release) => release());
+  await advance(1_000);
+
+  // A second GPU: only the message changes. Its Event is sent; the patch waits for it.
+  current = failing('gpu:a', 'gpu:b');
+  sink.handle(fatal('gpu:b'), current);
+  await advance(50);
+  assert.equal(calls.at(-1)?.op, 'createEvent');
+  assert.equal(patches().length, 1, 'no patch while the Event is in flight');
+  held.splice(0).forEach((release) => release());
+  await advance(0); // the Event's response is handled
+  await advance(1);
+  assert.equal(patches().length, 2, 'the patch follows the Event at once');
+  assert.match(JSON.stringify(patches()[1].body), /gpu:b/);
+  await advance(1_000);
+
+  // An Event that hangs holds the message back for 100 ms at the most.
+  current = failing('gpu:a', 'gpu:b', 'gpu:c');
+  sink.handle(fatal('gpu:c'), current);
+  await advance(95);
+  assert.equal(patches().length, 2);
+  await advance(6); // the bound ends: the write is scheduled
+  await advance(1);
+  assert.equal(patches().length, 3);
+  assert.match(JSON.stringify(patches()[2].body), /gpu:c/);
+  held.splice(0).forEach((release) => release());
+  await sink.close();
 });

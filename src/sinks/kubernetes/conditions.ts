@@ -213,7 +213,7 @@ export class ConditionWriter {
   private nextWriteDelay(): number {
     // A status change is what repair engines act on: it never waits out the window (the engine's
     // flap damping and the few condition types bound how often that happens).
-    if (this.desired.some((c) => c.status !== (this.shown.get(c.name)?.status ?? c.status))) return 0;
+    if (this.changesStatus(this.desired)) return 0;
     return Math.max(0, this.lastWriteAt + this.coalesceMs - this.now());
   }
 
@@ -233,6 +233,11 @@ export class ConditionWriter {
     this.rendered.set(c.name, { from: c.message, message });
     this.touched.delete(c.type);
     return message;
+  }
+
+  /** Whether writing these conditions would change a status the Node shows (not only a message). */
+  changesStatus(conditions: readonly ConditionState[]): boolean {
+    return conditions.some((c) => c.status !== (this.shown.get(c.name)?.status ?? c.status));
   }
 
   /** Whether the Node shows the latest state (tests and /healthz). */

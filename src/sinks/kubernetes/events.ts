@@ -71,6 +71,7 @@ export class EventRecorder {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
   private readonly queue: Op[] = [];
   private running = false;
+  private current: Promise<void> | undefined;
   private stopped = false;
   private seq = 0;
   private readonly backoff: Backoff;
@@ -228,13 +229,23 @@ export class EventRecorder {
     return this.queue.length === 0 && !this.running;
   }
 
+  /** Settles (never rejects) when the write now being sent is through; undefined when none is. */
+  get sending(): Promise<void> | undefined {
+    return this.current;
+  }
+
   private async drain(): Promise<void> {
     if (this.running) return;
     this.running = true;
     while (this.queue.length && !this.stopped) {
       const op = this.queue[0];
       try {
-        await this.send(op);
+        const sent = this.send(op);
+        this.current = sent.then(
+          () => {},
+          () => {},
+        );
+        await sent;
         this.queue.shift();
         this.backoff.reset();
         this.reported.clear();
@@ -271,6 +282,7 @@ export class EventRecorder {
       }
     }
     this.running = false;
+    this.current = undefined;
   }
 
   private async send(op: Op): Promise<void> {
