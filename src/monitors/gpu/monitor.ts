@@ -674,8 +674,8 @@ export class GpuMonitor implements Monitor {
     // A GPU that just became unusable: let the poll confirm it and re-initialise, at once.
     if (e.eventType & EVENT_BITS.GpuUnavailableError) void this.pollOnce();
     // A retirement event: read the remapped rows before the next regular poll, at most once per
-    // eventPollMinInterval. Clock events are not subscribed by default (DEFAULT_EVENT_MASK).
-    else if (e.eventType & (EVENT_BITS.Clock | EVENT_BITS.DramRetirementEvent)) this.pollEarly();
+    // eventPollMinInterval. (Clock events are not subscribed: DEFAULT_EVENT_MASK.)
+    else if (e.eventType & EVENT_BITS.DramRetirementEvent) this.pollEarly();
   }
 
   private pollEarly(): void {
