@@ -108,6 +108,22 @@ test('lookback 0: only records that arrive after start', async () => {
   assert.equal(r.timeOf(got[0]), NOW, 'a record logged while running is stamped with the time it was read');
 });
 
+test('lookback 0: a record already in the ring is skipped even when the printk clock runs ahead of the monotonic clock', async () => {
+  const dev = new FakeKmsg();
+  // Logged a moment before start, stamped 2 ms "later" than start by a printk clock that leads.
+  dev.add('logged just before start', UPTIME_MS * 1000 + 2_000);
+  const { r, got, lost } = reader(dev, { lookbackMs: 0 });
+  r.start();
+  dev.add('new', UPTIME_MS * 1000 + 2_500);
+  await tick();
+  await r.stop();
+  assert.deepEqual(
+    got.map((x) => x.message),
+    ['new'],
+  );
+  assert.deepEqual(lost, [], 'skipping is not losing');
+});
+
 test('a cursor from this boot: nothing at or below it is replayed; the gap after it is lost', async () => {
   const dev = new FakeKmsg();
   for (let i = 0; i < 10; i++) dev.add(`m${i}`, 1_000_000 + i);

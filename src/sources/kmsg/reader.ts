@@ -22,9 +22,9 @@
  * this boot has been seen, so by default the whole ring is delivered (`newBootLookbackMs`, default
  * Infinity): after a repair reboot the boot-time faults (a GPU that fails to initialise) are the
  * ones that matter.
- * Lookback 0 skips everything already in the ring when reading starts (like lseek SEEK_END); the
- * records of that first drain are told apart by position, not by clock, because the printk clock
- * and the system's monotonic clock drift apart over a long uptime.
+ * Lookback 0 skips everything already in the ring when reading starts (like lseek SEEK_END), by
+ * reading past it at once in start(): by position, not by clock, because the printk clock and the
+ * system's monotonic clock differ by milliseconds and drift apart over a long uptime.
  */
 import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { Counter, type Registry } from 'prom-client';
@@ -99,6 +99,8 @@ const READ_AHEAD = 8192;
  * classification catches up; what the kernel overwrites meanwhile is counted as lost.
  */
 const READ_AHEAD_BYTES = 4 << 20;
+/** Records lookback 0 skips at most at start: more than a 16 MiB ring holds. */
+const SKIP_BOUND = 1 << 20;
 /** Accounted per record beyond its text: the parsed object, its fields and the array slot. */
 const RECORD_OVERHEAD_BYTES = 160;
 const DEFAULT_LOOKBACK_MS = 5 * 60_000;
@@ -230,6 +232,7 @@ export class KmsgReader {
     this.backlogChars = [];
     this.liveSinceEmpty = 0;
     this.atEof = false;
+    if (this.lookbackMs === 0) this.skipRing();
     this.running = true;
     const mode = this.opts.wait ?? 'auto';
     if (this.io === realIo && mode === 'auto') {
@@ -500,6 +503,33 @@ export class KmsgReader {
     } else this.waiter.arm();
   }
 
+  /**
+   * Lookback 0: reads past what the ring holds now, here, before anything else can write. By
+   * position, not by timestamp: the printk clock runs ahead of the monotonic clock by milliseconds
+   * on some hosts (1.8 ms here), so a record logged just before start looked new.
+   */
+  private skipRing(): void {
+    // A writer faster than this loop would keep it going: past the bound, what follows is live.
+    for (let i = 0; i < SKIP_BOUND; i++) {
+      let n: number;
+      try {
+        n = this.io.read(this.fd, this.buf);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'EPIPE' || code === 'EINTR') continue;
+        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') break;
+        return; // the first drain meets it again and reports it
+      }
+      if (n <= 0) break;
+      this.recordsRead++;
+      this.metrics.records.inc();
+      const rec = parseKmsgRecord(this.buf.toString('utf8', 0, n));
+      // Skipped on purpose: a gap between these records is nothing lost.
+      if (rec && rec.seq > this.lastSeq) this.lastSeq = rec.seq;
+    }
+    this.caughtUp();
+  }
+
   /** Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws on a read error. */
   private readHere(): 'empty' | 'more' {
     // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
@@ -539,9 +569,9 @@ export class KmsgReader {
       return false;
     }
     if (!this.skipTo(rec.seq)) return false; // already seen before a restart
-    // Lookback applies to what was in the ring at start (0 skips all of it). Judged by timestamp,
-    // not by "read before the first EAGAIN": a record written while a large ring is still being
-    // drained is new and must not be skipped.
+    // A lookback above 0 applies to what was in the ring at start, judged by timestamp, not by
+    // "read before the first EAGAIN": a record written while a large ring is still being drained
+    // is new and must not be skipped. Lookback 0 has skipped the ring in start().
     if (this.initial && rec.tsUsec < this.minTsUsec) return false;
     if (rec.truncated) this.truncated++;
     this.backlogBytes += recordBytes(rec);
