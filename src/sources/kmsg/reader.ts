@@ -511,16 +511,14 @@ export class KmsgReader {
   private skipRing(): void {
     // A writer faster than this loop would keep it going: past the bound, what follows is live.
     for (let i = 0; i < SKIP_BOUND; i++) {
-      let n: number;
+      let n: number | 'again' | 'retry';
       try {
-        n = this.io.read(this.fd, this.buf);
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === 'EPIPE' || code === 'EINTR') continue;
-        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') break;
+        n = this.readOne();
+      } catch {
         return; // the first drain meets it again and reports it
       }
-      if (n <= 0) break;
+      if (n === 'retry') continue;
+      if (n === 'again' || n <= 0) break;
       this.recordsRead++;
       this.metrics.records.inc();
       const rec = parseKmsgRecord(this.buf.toString('utf8', 0, n));
@@ -530,23 +528,29 @@ export class KmsgReader {
     this.caughtUp();
   }
 
+  /** One read into `buf`: its length (0 at end of file), 'again' when the ring is empty, 'retry' after EPIPE or EINTR. */
+  private readOne(): number | 'again' | 'retry' {
+    try {
+      return this.io.read(this.fd, this.buf);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return 'again';
+      // EPIPE: overwritten; the seq gap on the next record says how many.
+      if (code === 'EPIPE' || code === 'EINTR') return 'retry';
+      throw err;
+    }
+  }
+
   /** Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws on a read error. */
   private readHere(): 'empty' | 'more' {
     // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
     for (let i = 0; i < READ_AHEAD * 2 && this.backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
-      let n: number;
-      try {
-        n = this.io.read(this.fd, this.buf);
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === 'EAGAIN' || code === 'EWOULDBLOCK') {
-          this.atEof = false;
-          this.caughtUp();
-          return 'empty';
-        }
-        if (code === 'EPIPE') continue; // overwritten; the seq gap on the next record says how many
-        if (code === 'EINTR') continue;
-        throw err;
+      const n = this.readOne();
+      if (n === 'retry') continue;
+      if (n === 'again') {
+        this.atEof = false;
+        this.caughtUp();
+        return 'empty';
       }
       if (n <= 0) {
         this.atEof = true;
