@@ -7,10 +7,11 @@
 import { createReadStream } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Registry } from 'prom-client';
+import { Counter, type Registry } from 'prom-client';
 import type { NodeHealth } from '../../api/types.ts';
 import type { ComponentHealth } from '../../health/index.ts';
 import { errorMessage } from '../../util/errors.ts';
+import { connectionCap, DEFAULT_MAX_CONNECTIONS, limitConnections, openFileLimit } from './connection-limit.ts';
 
 export interface StatusProvider {
   health(): NodeHealth;
@@ -20,6 +21,16 @@ export interface StatusProvider {
   diagnosticBundle?(name: string): { path: string; bytes: number } | undefined;
 }
 
+/** Connection limits of the agent's port (issue #22 point 10); the defaults suit every deployment. */
+export interface ConnectionLimits {
+  /** At most this many open connections (default 512; never more than half the descriptor limit). */
+  maxConnections?: number;
+  /** A connection idle this long, or still sending its headers, is closed (default 10 s). */
+  idleTimeoutMs?: number;
+}
+
+const IDLE_TIMEOUT_MS = 10_000;
+
 export class HttpServer {
   private server: http.Server | undefined;
 
@@ -28,11 +39,27 @@ export class HttpServer {
     private readonly status: StatusProvider,
   ) {}
 
-  async listen(hostPort: string): Promise<AddressInfo> {
+  async listen(hostPort: string, limits: ConnectionLimits = {}): Promise<AddressInfo> {
     const i = hostPort.lastIndexOf(':');
     const host = hostPort.slice(0, i) || '0.0.0.0';
     const port = Number(hostPort.slice(i + 1));
-    const server = http.createServer((req, res) => void this.route(req, res));
+    const idleMs = limits.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
+    // Every stage of a connection has a deadline, so a client cannot hold a descriptor forever.
+    const server = http.createServer(
+      {
+        headersTimeout: idleMs,
+        requestTimeout: 3 * idleMs,
+        connectionsCheckingInterval: Math.min(idleMs, 5000),
+      },
+      (req, res) => void this.route(req, res),
+    );
+    // Socket inactivity, including a connection that never sends a byte (the headers timeout
+    // is only checked every connectionsCheckingInterval); with no 'timeout' listener Node destroys it.
+    server.timeout = idleMs;
+    server.keepAliveTimeout = Math.min(5000, idleMs);
+    const cap = connectionCap(limits.maxConnections ?? DEFAULT_MAX_CONNECTIONS, openFileLimit());
+    const shed = shedCounter(this.registry);
+    limitConnections(server, cap, (reason) => shed.inc({ reason }));
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -88,6 +115,19 @@ export class HttpServer {
     s.closeAllConnections();
     await new Promise<void>((resolve) => s.close(() => resolve()));
   }
+}
+
+/** One counter per registry (a second server on the same registry shares it). */
+function shedCounter(registry: Registry): Counter<'reason'> {
+  const name = 'vigil_http_connections_shed_total';
+  const existing = registry.getSingleMetric(name);
+  if (existing) return existing as Counter<'reason'>;
+  return new Counter({
+    name,
+    help: 'HTTP connections closed at the connection cap: evicted (the least recently active idle one) or refused (all busy).',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
 }
 
 function send(res: http.ServerResponse, code: number, type: string, body: string): void {
