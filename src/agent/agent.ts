@@ -14,6 +14,7 @@ import { HttpServer } from '../sinks/http/server.ts';
 import { readBootId } from '../util/boot-id.ts';
 import { HealthBoard } from '../health/index.ts';
 import { errorMessage } from '../util/errors.ts';
+import { Backoff } from '../util/backoff.ts';
 import type { UnknownReasonName } from '../catalog/index.ts';
 
 /** A sink plus the part of the state file it keeps. */
@@ -37,8 +38,9 @@ export interface MonitorEntry {
   }[];
   /**
    * What this monitor's source watches: if it cannot start (no /dev/kmsg, EPERM), these conditions
-   * go Unknown with `reason` and /healthz fails. Monitors report later blindness themselves
-   * through FindingSink.source().
+   * go Unknown with `reason`, /healthz fails, and start() is tried again with backoff
+   * (config.sourceRetry) until it succeeds, so start() must be safe to call again after a throw.
+   * Monitors report later blindness themselves through FindingSink.source().
    */
   blind?: { conditions: ConditionType[]; reason: UnknownReasonName };
   /** Called when state is saved; lets the kmsg monitor persist its cursor with the findings. */
@@ -59,7 +61,7 @@ export interface AgentDeps {
     health: HealthBoard;
   }) => MonitorEntry[];
   /** Serves a kept diagnostic bundle on GET /diagnostics/<name> (src/diagnostics/node-diagnostic). */
-  diagnosticBundle?: (name: string) => { path: string; bytes: number } | undefined;
+  diagnosticBundle?: (name: string, token: string) => { path: string; bytes: number } | 'forbidden' | undefined;
   /** Extra sinks (Kubernetes), built once the engine exists. */
   sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
 }
@@ -74,6 +76,9 @@ export class Agent {
   private readonly http: HttpServer;
   private readonly health: HealthBoard;
   private readonly failedToStart = new Set<string>();
+  /** Retries of blind monitors' start(), by monitor name. */
+  private readonly retries = new Map<string, NodeJS.Timeout>();
+  private stopping = false;
   private tickTimer: NodeJS.Timeout | undefined;
   private savedVersion = -1;
   /** Set once serving: an agent that failed to start (port in use) must not write the state on stop. */
@@ -130,6 +135,11 @@ export class Agent {
       deps.sinks?.({ engine: this.engine, registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
     this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];
     this.engine.on((event: EngineEvent, health: NodeHealth) => {
+      // Durable before published: a status change is on disk before any sink shows it, so a crash
+      // right after cannot bring the condition back with the restart's time as its
+      // lastTransitionTime (a repair engine's toleration clock). Status changes are rare; other
+      // events keep the coalesced save. A failed write still publishes (the store retries it).
+      if (this.started && event.kind === 'condition' && event.condition.status !== event.previous) this.store.flush();
       for (const s of this.sinks) {
         try {
           s.handle(event, health);
@@ -145,7 +155,7 @@ export class Agent {
         this.refreshHealth();
         return { status: this.health.overall(), components: this.health.snapshot() };
       },
-      diagnosticBundle: (name) => deps.diagnosticBundle?.(name),
+      diagnosticBundle: (name, token) => deps.diagnosticBundle?.(name, token),
     });
     this.sourceUp = new Gauge({
       name: 'vigil_source_up',
@@ -212,22 +222,9 @@ export class Agent {
         await e.monitor.start(out);
       } catch (err) {
         // One broken monitor must not take the others down. What it watches is Unknown, not
-        // healthy, and /healthz fails until it runs (a restart of the pod, after the cause is fixed).
-        const message = `${e.monitor.name} cannot start: ${errorMessage(err)}`;
-        this.failedToStart.add(e.monitor.name);
-        this.sourceUp.set({ monitor: e.monitor.name }, 0);
-        this.health.set(e.monitor.name, 'failed', message);
-        log.debug({ err, monitor: e.monitor.name }, 'monitor failed to start');
-        if (e.blind) {
-          this.engine.source({
-            component: e.monitor.name,
-            conditions: e.blind.conditions,
-            up: false,
-            reason: e.blind.reason,
-            message,
-            at: Date.now(),
-          });
-        }
+        // healthy, and /healthz fails until it runs; a blind source is tried again with backoff.
+        this.startFailed(e, err);
+        if (e.blind) this.retryStart(e, out, new Backoff(config.sourceRetry.initial, config.sourceRetry.max), Date.now(), 1);
       }
     }
     this.refreshHealth();
@@ -255,6 +252,64 @@ export class Agent {
     return { port: addr.port, address: addr.address };
   }
 
+  /** Marks a monitor that could not start as failed, and what it watches as Unknown (logged once per cause). */
+  private startFailed(e: MonitorEntry, err: unknown): void {
+    const message = `${e.monitor.name} cannot start: ${errorMessage(err)}`;
+    this.failedToStart.add(e.monitor.name);
+    this.sourceUp.set({ monitor: e.monitor.name }, 0);
+    this.health.set(e.monitor.name, 'failed', message);
+    this.deps.log.debug({ err, monitor: e.monitor.name }, 'monitor failed to start');
+    if (e.blind) {
+      this.engine.source({
+        component: e.monitor.name,
+        conditions: e.blind.conditions,
+        up: false,
+        reason: e.blind.reason,
+        message,
+        at: Date.now(),
+      });
+    }
+  }
+
+  /**
+   * Tries a blind monitor's start() again after the next backoff step (a kernel log that appears
+   * or becomes readable later); on success its conditions leave Unknown and it is logged.
+   */
+  private retryStart(e: MonitorEntry, out: FindingSink, backoff: Backoff, since: number, attempt: number): void {
+    const name = e.monitor.name;
+    const timer = setTimeout(() => {
+      this.retries.delete(name);
+      if (this.stopping) return;
+      void (async () => {
+        try {
+          await e.monitor.start(out);
+        } catch (err) {
+          if (this.stopping) return;
+          this.startFailed(e, err);
+          this.retryStart(e, out, backoff, since, attempt + 1);
+          return;
+        }
+        // stop() ran while an asynchronous start() was in flight: undo it.
+        if (this.stopping) {
+          await Promise.resolve()
+            .then(() => e.monitor.stop())
+            .catch(() => {});
+          return;
+        }
+        this.failedToStart.delete(name);
+        if (e.blind) this.engine.source({ component: name, conditions: e.blind.conditions, up: true, at: Date.now() });
+        this.deps.log.info(
+          { event: 'source_recovered', monitor: name, attempts: attempt, blindForMs: Date.now() - since },
+          `${name} started on retry ${attempt} after ${Math.round((Date.now() - since) / 1000)} s blind; ${e.blind?.conditions.join(', ') ?? 'its conditions'} no longer Unknown`,
+        );
+        this.refreshHealth();
+        if (this.engine.stateVersion !== this.savedVersion) this.store.schedule();
+      })();
+    }, backoff.next());
+    timer.unref();
+    this.retries.set(name, timer);
+  }
+
   /** Lets a monitor that discovers hardware late (a GPU proved present) add its condition type. */
   manage(type: ConditionType): void {
     const info = CONDITIONS[type as keyof typeof CONDITIONS];
@@ -262,6 +317,9 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
+    for (const t of this.retries.values()) clearTimeout(t);
+    this.retries.clear();
     if (this.tickTimer) clearInterval(this.tickTimer);
     for (const e of this.entries) {
       try {
