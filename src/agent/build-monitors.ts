@@ -67,6 +67,7 @@ function gpuMonitor(config: VigilConfig, ctx: BuildContext): GpuMonitor {
     // Counter baselines survive a restart (judged by increase, never lifetime totals).
     restoredBaselines: ctx.restored?.gpu,
     onBaselines: () => ctx.markDirty(),
+    retry: { initialMs: config.sourceRetry.initial, maxMs: config.sourceRetry.max },
   });
 }
 

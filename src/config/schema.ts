@@ -177,6 +177,15 @@ export const diagnosticsConfig = z.strictObject({
   collectorTimeout: positiveDuration('30s'),
 });
 
+/**
+ * A source that cannot see (kernel log missing or unreadable, NVML not loadable or not
+ * initialising) is tried again after `initial`, doubling up to `max`, each wait drawn between half
+ * and all of the step; its condition leaves Unknown on the first try that sees.
+ */
+export const sourceRetryConfig = z.strictObject({ initial: positiveDuration('1s'), max: positiveDuration('5m') }).superRefine((r, ctx) => {
+  if (r.max < r.initial) ctx.addIssue({ code: 'custom', path: ['max'], message: 'must be at least sourceRetry.initial' });
+});
+
 export const configSchema = z.strictObject({
   nodeName: z.string().min(1).optional(),
   stateDir: z.string().min(1, 'must not be empty').default('/var/lib/vigil'),
@@ -190,6 +199,8 @@ export const configSchema = z.strictObject({
   conditions: z.strictObject({ names: conditionNames.prefault({}) }).prefault({}),
   xid: xidConfig.prefault({}),
   engine: engineConfig.prefault({}),
+  /** Retries of a source that cannot see, with backoff. */
+  sourceRetry: sourceRetryConfig.prefault({}),
   kernelLog: kernelLogConfig.prefault({}),
   kubernetes: kubernetesConfig.prefault({}),
   /** Diagnostic bundles: NodeDiagnostic requests and automatic capture on Fatal findings. */

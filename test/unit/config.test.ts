@@ -223,3 +223,11 @@ test('src/config imports nothing from src/monitors (monitors import their sectio
     assert.doesNotMatch(text, /from '\.\.\/monitors\//, name);
   }
 });
+
+test('sourceRetry (issue #22 point 14): 1s to 5m by default; a zero step or a max below initial is refused, naming the field', () => {
+  assert.deepEqual(parseConfig('').sourceRetry, { initial: 1000, max: 300_000 });
+  assert.deepEqual(parseConfig('sourceRetry: {initial: 100ms, max: 2s}\n').sourceRetry, { initial: 100, max: 2000 });
+  assert.match(configError('sourceRetry: {initial: 0}\n'), /sourceRetry\.initial/);
+  assert.match(configError('sourceRetry: {initial: 10s, max: 1s}\n'), /sourceRetry\.max.*at least sourceRetry\.initial/);
+  assert.match(configError('sourceRetry: {intial: 1s}\n'), /sourceRetry.*intial/);
+});

@@ -13,6 +13,7 @@ import type { Registry } from 'prom-client';
 import type { Finding, FindingSink, Monitor } from '../../api/types.ts';
 import { lookupReason } from '../../catalog/index.ts';
 import { errorMessage } from '../../util/errors.ts';
+import { Backoff } from '../../util/backoff.ts';
 import { readBootId } from '../../util/boot-id.ts';
 import { scanProcesses } from '../../sources/host/procs.ts';
 import { NvmlPollClient, NvmlEventClient, nvmlThreadsLeft, type HangReport, type LogFn } from '../../sources/nvml/client.ts';
@@ -80,6 +81,11 @@ export interface GpuMonitorOptions {
   bootId?: string;
   /** Called after a poll changed the counter baselines, so the agent saves them. */
   onBaselines?: () => void;
+  /**
+   * While NVML cannot be loaded or initialised, polls are tried again after `initialMs`, doubling
+   * to `maxMs` (jittered), not only every pollInterval (config sourceRetry; default 1 s to 5 min).
+   */
+  retry?: { initialMs: number; maxMs: number };
 }
 
 export type GpuMonitorState = 'new' | 'off' | 'running' | 'stopped';
@@ -159,6 +165,11 @@ export class GpuMonitor implements Monitor {
   private unusableReason: string | null = null;
   private dcgm: DcgmChannel | null = null;
   private push: { source: 'nvml' | 'dcgm'; why: string } = { source: 'nvml', why: 'gpu.source is nvml' };
+  /** Retries while NVML cannot see: the backoff, the pending retry, since when and how many. */
+  private readonly blindBackoff: Backoff;
+  private blindTimer: NodeJS.Timeout | null = null;
+  private blindSince = 0;
+  private blindRetries = 0;
 
   constructor(opts: GpuMonitorOptions) {
     this.config = gpuConfigSchema.parse(opts.config ?? {});
@@ -170,6 +181,7 @@ export class GpuMonitor implements Monitor {
     this.hostRoot = opts.hostRoot ?? path.dirname(this.sysRoot);
     this.bootId = opts.bootId ?? safeBootId();
     this.onBaselines = opts.onBaselines ?? (() => {});
+    this.blindBackoff = new Backoff(opts.retry?.initialMs ?? 1_000, opts.retry?.maxMs ?? 300_000);
     const restored = importBaselines(opts.restoredBaselines, this.bootId, this.now(), this.config.counterWindow);
     this.checkState = restored.states;
     this.aerHistory = restored.aer;
@@ -229,7 +241,8 @@ export class GpuMonitor implements Monitor {
     if (this.timer) clearTimeout(this.timer);
     if (this.eventTimer) clearTimeout(this.eventTimer);
     if (this.eventPollTimer) clearTimeout(this.eventPollTimer);
-    this.timer = this.eventTimer = null;
+    if (this.blindTimer) clearTimeout(this.blindTimer);
+    this.timer = this.eventTimer = this.blindTimer = null;
     await Promise.all([this.eventClient?.stop(), this.pollClient.close(), this.dcgm?.stop()]);
     this.eventClient = null;
     const left = nvmlThreadsLeft();
@@ -307,7 +320,27 @@ export class GpuMonitor implements Monitor {
       this.log({ err: errorMessage(err) }, 'GPU poll failed');
     } finally {
       this.metrics.pollDuration.observe((performance.now() - started) / 1000);
+      this.retryWhileBlind();
     }
+  }
+
+  /**
+   * NVML could not be loaded or initialised (a driver installed or a library mounted late): poll
+   * again after the next backoff step instead of waiting for the next regular poll. A retry is one
+   * dlopen or nvmlInit_v2 in the poll worker.
+   */
+  private retryWhileBlind(): void {
+    if (this.state !== 'running' || this.sourceUp !== false) {
+      this.blindBackoff.reset();
+      return;
+    }
+    if (this.blindTimer) return;
+    this.blindTimer = setTimeout(() => {
+      this.blindTimer = null;
+      this.blindRetries++;
+      void this.pollOnce();
+    }, this.blindBackoff.next());
+    this.blindTimer.unref();
   }
 
   /** Runs NVML and the checks; returns the results to publish. */
@@ -362,6 +395,15 @@ export class GpuMonitor implements Monitor {
     const changed = !up && this.sourceUp === false && (message ?? 'NVML is unusable') !== this.unusableReason;
     if (!up) this.unusableReason = message ?? 'NVML is unusable';
     if (up === this.sourceUp && !changed) return;
+    if (up && this.sourceUp === false) {
+      this.log(
+        { event: 'source_recovered', attempts: this.blindRetries, blindForMs: this.now() - this.blindSince },
+        'NVML can see again; AcceleratedHardwareReady no longer Unknown',
+      );
+    } else if (!up && this.sourceUp !== false) {
+      this.blindSince = this.now();
+      this.blindRetries = 0;
+    }
     this.sourceUp = up;
     this.out?.source({
       component: 'gpu',
