@@ -5,6 +5,10 @@
  * through the node proxy (nodes/proxy) or reports where they were uploaded, and deletes the
  * resources. Needs the rights in deploy/rbac-logs.yaml. Exit 0 when every bundle was delivered,
  * 1 when one was not, 2 on bad arguments.
+ *
+ * Nothing secret goes into a NodeDiagnostic (every agent can read them): each request gets a random
+ * token, kept here, whose SHA-256 is in the spec; the agent serves the bundle only to that token.
+ * An upload URL is sealed to the key the node's agent publishes for the request (access.ts).
  */
 import { createWriteStream, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import https from 'node:https';
@@ -12,7 +16,8 @@ import http from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type * as k8s from '@kubernetes/client-node';
-import { KubeApiError, makeClients, type CustomApi, type KubeClients } from '../sinks/kubernetes/client.ts';
+import { KubeApiError, MERGE_PATCH, makeClients, type CustomApi, type KubeClients } from '../sinks/kubernetes/client.ts';
+import { TOKEN_HEADER, newToken, sealDestination, tokenSHA256 } from '../diagnostics/node-diagnostic/access.ts';
 import { DIAGNOSTIC_CATEGORIES } from '../diagnostics/bundle.ts';
 import {
   GROUP,
@@ -35,11 +40,16 @@ export interface LogsOptions {
   categories?: string;
   since?: string;
   timeout?: string;
+  /** Fetch this bundle already kept on the node (an automatic capture's) instead of capturing. */
+  bundle?: string;
 }
 
 interface Target {
   node: string;
+  /** 'node' or the upload URL, sent sealed once the agent publishes its key. */
   delivery: string;
+  token: string;
+  sealed?: boolean;
   uid?: string;
   created: boolean;
   status?: NodeDiagnostic['status'];
@@ -96,6 +106,9 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
     return usage(apiError(err));
   }
   if (!names.length) return usage(opts.selector ? `no node matches --selector ${opts.selector}` : 'name at least one NODE, or --selector');
+  if (opts.bundle !== undefined && (names.length !== 1 || opts.uploadUrl?.length)) {
+    return usage('--bundle: one NODE only, and no --upload-url (the kept bundle is downloaded)');
+  }
   const shared = names.filter((n) => !perNode.has(n));
   if (everyNode && shared.length > 1 && !everyNode.includes('{node}')) {
     return usage(`--upload-url: ${shared.length} nodes would PUT to the same URL; put {node} in it, or give NODE=URL for each`);
@@ -107,6 +120,7 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
   const targets: Target[] = names.map((node) => ({
     node,
     delivery: perNode.get(node) ?? (everyNode ? everyNode.replaceAll('{node}', encodeURIComponent(node)) : 'node'),
+    token: newToken(),
     created: false,
     startedAt: Date.now(),
   }));
@@ -116,7 +130,7 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    for (const t of targets) await create(custom, t, categories, opts.since);
+    for (const t of targets) await create(custom, t, categories, opts.since, opts.bundle);
     const view = new Progress(out, targets);
     const deadline = Date.now() + timeoutMs;
     while (!interrupted && targets.some((t) => !t.result)) {
@@ -159,12 +173,24 @@ export async function runLogsCommand(nodeArgs: string[], opts: LogsOptions, out:
   }
 }
 
-async function create(custom: CustomApi, t: Target, categories: string[], since: string | undefined): Promise<void> {
+async function create(
+  custom: CustomApi,
+  t: Target,
+  categories: string[],
+  since: string | undefined,
+  bundle: string | undefined,
+): Promise<void> {
   const body = {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: 'NodeDiagnostic',
     metadata: { name: t.node, labels: { 'app.kubernetes.io/managed-by': 'vigil-logs' } },
-    spec: { ...(categories.length ? { categories } : {}), delivery: t.delivery, ...(since ? { since } : {}) },
+    spec: {
+      ...(categories.length ? { categories } : {}),
+      delivery: t.delivery === 'node' ? 'node' : 'upload',
+      tokenSHA256: tokenSHA256(t.token),
+      ...(since ? { since } : {}),
+      ...(bundle ? { bundle } : {}),
+    },
   };
   for (let attempt = 0; attempt < 30; attempt++) {
     try {
@@ -201,6 +227,23 @@ async function poll(custom: CustomApi, t: Target): Promise<void> {
       return;
     }
     if (o.status?.observedUID === t.uid) t.status = o.status;
+    const key = t.status?.destinationKey;
+    if (t.delivery !== 'node' && !t.sealed && key && t.uid) {
+      // Only the node's own agent can have written this key (the admission policy).
+      const sealedDestination = sealDestination(key, t.uid, t.delivery);
+      t.sealed = true;
+      await custom
+        .patchClusterCustomObject(
+          { ...base, name: t.node, body: { metadata: { uid: t.uid }, spec: { sealedDestination } } },
+          { contentType: MERGE_PATCH },
+        )
+        .catch((err: unknown) => {
+          // A hiccup is tried again on the next poll; a refusal (RBAC: patch) ends this node.
+          if (err instanceof KubeApiError && err.code >= 400 && err.code < 500)
+            t.result = { ok: false, text: `cannot send the upload destination: ${apiError(err)}` };
+          else t.sealed = false;
+        });
+    }
   } catch (err) {
     if (err instanceof KubeApiError && err.code === 404) {
       t.result = { ok: false, text: 'the NodeDiagnostic was deleted by someone else' };
@@ -215,12 +258,11 @@ async function finish(kc: k8s.KubeConfig, t: Target, outDir: string): Promise<{ 
   const location = s.location ?? '';
   const onNode = s.keptOnNode === true && location.startsWith('/api/');
   const note = s.manifest?.failedCollectors ? ` (${s.manifest.failedCollectors} collector(s) failed; see manifest.json)` : '';
-  if (s.phase === 'Succeeded' && !onNode)
-    return { ok: true, text: `uploaded to ${location || redactUrl(t.delivery)} (${s.bytes ?? 0} bytes)${note}` };
+  if (s.phase === 'Succeeded' && !onNode) return { ok: true, text: `uploaded to ${redactUrl(t.delivery)} (${s.bytes ?? 0} bytes)${note}` };
   if (!onNode) return { ok: false, text: `failed: ${s.message ?? 'no reason given'}` };
   const file = path.join(outDir, path.basename(decodeURIComponent(location)));
   try {
-    const bytes = await download(kc, location, file);
+    const bytes = await download(kc, location, file, t.token);
     if (s.bytes !== undefined && bytes !== s.bytes) throw new Error(`got ${bytes} bytes, the agent reported ${s.bytes}`);
     if (s.phase === 'Succeeded') return { ok: true, text: `saved ${file} (${bytes} bytes)${note}` };
     return { ok: false, text: `failed: ${s.message ?? ''}; fetched the bundle kept on the node instead: ${file} (${bytes} bytes)` };
@@ -231,7 +273,7 @@ async function finish(kc: k8s.KubeConfig, t: Target, outDir: string): Promise<{ 
 }
 
 /** GET an API server path (the node proxy) into `file`, through a temporary name; returns its size. */
-async function download(kc: k8s.KubeConfig, apiPath: string, file: string): Promise<number> {
+async function download(kc: k8s.KubeConfig, apiPath: string, file: string, token: string): Promise<number> {
   const server = new URL(kc.getCurrentCluster()!.server);
   const opts: https.RequestOptions = {
     method: 'GET',
@@ -239,7 +281,8 @@ async function download(kc: k8s.KubeConfig, apiPath: string, file: string): Prom
     hostname: server.hostname,
     port: server.port,
     path: `${server.pathname.replace(/\/$/, '')}${apiPath}`,
-    headers: { accept: 'application/gzip' },
+    // The node proxy forwards this header to the agent (it strips Authorization).
+    headers: { accept: 'application/gzip', [TOKEN_HEADER]: token },
     timeout: 60_000,
   };
   await kc.applyToHTTPSOptions(opts);

@@ -107,6 +107,10 @@ export function buildProgram(): Command {
 
   program
     .command('gpu')
+    .option(
+      '--bundle <name>',
+      'download this bundle already kept on the node (e.g. an automatic capture, named in its Event) instead of capturing',
+    )
     .description("print the NVIDIA GPU inventory and every NVML check's current result")
     .option('--json', 'machine-readable output')
     .option('--library <path>', 'NVML library to load (default libnvidia-ml.so.1)')

@@ -89,7 +89,7 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
       config,
       log,
       monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
-      diagnosticBundle: (name) => diagnostics?.bundle(name),
+      diagnosticBundle: (name, token) => diagnostics?.bundle(name, token),
       sinks: ({ registry, restored, markDirty }) => {
         if (!kubeModules) return [];
         const clients = kubeModules.client.makeClients(kubeconfig);

@@ -141,7 +141,7 @@ export const quarantineConfig = z.strictObject({
  * Diagnostic bundles (src/diagnostics): NodeDiagnostic requests through Kubernetes, and an
  * optional capture when a Fatal finding arrives. docs/configuration.md describes each option.
  */
-export const diagnosticsConfig = z.strictObject({
+const diagnosticsFields = z.strictObject({
   /** Act on NodeDiagnostic resources for this node (needs the Kubernetes sink and the CRD). */
   requests: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
   autoCapture: z
@@ -177,12 +177,33 @@ export const diagnosticsConfig = z.strictObject({
   collectorTimeout: positiveDuration('30s'),
 });
 
+  /**
+   * Where uploads may go (issue #22 point 1): https to public addresses only, unless a host is
+   * listed (its addresses are then not checked) or http is allowed.
+   */
+  upload: z
+    .strictObject({
+      allowedHosts: z.array(z.string().regex(/^[^\s/?#@]+$/, 'expected a host name or IP address, not a URL')).default([]),
+      allowHttp: z.boolean().default(false),
+    })
+    .prefault({}),
 /**
  * A source that cannot see (kernel log missing or unreadable, NVML not loadable or not
  * initialising) is tried again after `initial`, doubling up to `max`, each wait drawn between half
  * and all of the step; its condition leaves Unknown on the first try that sees.
  */
 export const sourceRetryConfig = z.strictObject({ initial: positiveDuration('1s'), max: positiveDuration('5m') }).superRefine((r, ctx) => {
+export const diagnosticsConfig = diagnosticsFields.superRefine((d, ctx) => {
+  // Refused at start rather than at the first Fatal fault, when the capture would be lost.
+  if (d.autoCapture.uploadUrl?.startsWith('http:') && !d.upload.allowHttp) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['autoCapture', 'uploadUrl'],
+      message: 'http:// needs diagnostics.upload.allowHttp: true (https otherwise)',
+    });
+  }
+});
+
   if (r.max < r.initial) ctx.addIssue({ code: 'custom', path: ['max'], message: 'must be at least sourceRetry.initial' });
 });
 

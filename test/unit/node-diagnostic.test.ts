@@ -1,13 +1,17 @@
 /**
  * The parts of NodeDiagnostic handling that need no cluster: the spec check, URL redaction, the
- * bounded store of kept bundles, the uploader's retries against a local HTTP server, and the
- * diagnostics configuration section.
+ * bounded store of kept bundles, the uploader's retries against a local HTTP server, where an
+ * upload may go (issue #22 point 1: loopback listeners that must see no connection, an injected
+ * resolver and connector so nothing leaves the machine), the token and the sealed destination
+ * (points 2 and 3), and the diagnostics configuration section.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import https from 'node:https';
+import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -15,25 +19,44 @@ import { Registry } from 'prom-client';
 import { parseConfig } from '../../src/config/load.ts';
 import { parseSpec, redactUrl } from '../../src/diagnostics/node-diagnostic/resource.ts';
 import { BundleStore } from '../../src/diagnostics/node-diagnostic/store.ts';
-import { uploadFile } from '../../src/diagnostics/node-diagnostic/upload.ts';
+import { uploadFile, type UploadOptions } from '../../src/diagnostics/node-diagnostic/upload.ts';
 import { expandUrl } from '../../src/diagnostics/node-diagnostic/controller.ts';
+import { refusedKind, type Resolver } from '../../src/diagnostics/node-diagnostic/destination.ts';
+import {
+  newDestinationKey,
+  newToken,
+  openDestination,
+  sealDestination,
+  tokenMatches,
+  tokenSHA256,
+} from '../../src/diagnostics/node-diagnostic/access.ts';
+
+const SHA = 'a'.repeat(64);
 
 test('a spec is checked like the CRD does, naming the field at fault', () => {
-  const ok = parseSpec({ categories: ['kernel', 'kernel', 'gpu'] });
+  const ok = parseSpec({ categories: ['kernel', 'kernel', 'gpu'], tokenSHA256: SHA });
   assert.ok(ok.ok);
-  assert.deepEqual(ok.request, { categories: ['kernel', 'gpu'], delivery: { kind: 'node' } });
-  const all = parseSpec(undefined);
+  assert.deepEqual(ok.request, { categories: ['kernel', 'gpu'], delivery: { kind: 'node' }, tokenSHA256: SHA });
+  const all = parseSpec({ tokenSHA256: SHA });
   assert.ok(all.ok && all.request.categories.length === 7, 'no categories: every category');
-  assert.deepEqual(parseSpec({ categories: ['kernel', 'disk'] }), {
+  assert.deepEqual(parseSpec({ categories: ['kernel', 'disk'], tokenSHA256: SHA }), {
     ok: false,
     error: 'spec.categories[1]: "disk" is not one of kernel, gpu, vigil, network, storage, runtime, system',
   });
-  const ftp = parseSpec({ delivery: 'ftp://x/y' });
-  assert.ok(!ftp.ok && /^spec\.delivery: ftp: URLs are not supported/.test(ftp.error));
-  const since = parseSpec({ since: 'yesterday' });
+  const since = parseSpec({ since: 'yesterday', tokenSHA256: SHA });
   assert.ok(!since.ok && since.error.startsWith('spec.since:'));
-  const up = parseSpec({ delivery: 'https://b.example/k?sig=1' });
+  const up = parseSpec({ delivery: 'upload', tokenSHA256: SHA });
   assert.ok(up.ok && up.request.delivery.kind === 'upload');
+});
+
+test('a spec with an upload URL in it, or without a token hash, is refused, saying what to use instead', () => {
+  const url = parseSpec({ delivery: 'https://b.example/k?sig=1', tokenSHA256: SHA });
+  assert.ok(!url.ok);
+  assert.match(url.error, /^spec\.delivery: a URL is no longer accepted here .*vigil logs --upload-url/);
+  const none = parseSpec({ delivery: 'node' });
+  assert.ok(!none.ok && none.error.startsWith('spec.tokenSHA256: required'));
+  const bad = parseSpec({ bundle: '../state.json', tokenSHA256: SHA });
+  assert.ok(!bad.ok && bad.error.startsWith('spec.bundle:'));
 });
 
 test('URLs are redacted of query strings and user info wherever they are shown', () => {
@@ -119,18 +142,225 @@ test('uploads retry 5xx with backoff and stop at once on a refusal, never naming
   const flaky = await server((n) => (n < 3 ? 503 : 200));
   t.after(() => flaky.close());
   const retries: string[] = [];
-  const ok = await uploadFile(file, flaky.url, { attempts: 5, backoff: { baseMs: 10, maxMs: 20 }, onRetry: (_a, e) => retries.push(e) });
+  const ok = await uploadFile(file, flaky.url, {
+    ...LOOPBACK_ALLOWED,
+    attempts: 5,
+    backoff: { baseMs: 10, maxMs: 20 },
+    onRetry: (_a, e) => retries.push(e),
+  });
   assert.deepEqual({ ok: ok.ok, attempts: ok.attempts }, { ok: true, attempts: 3 });
   assert.deepEqual(flaky.bodies, [70_000, 70_000, 70_000], 'the whole file on every attempt');
   assert.equal(retries.length, 2);
-  assert.match(retries[0], /answered 503: nope/);
+  assert.equal(retries[0], 'attempt 1: HTTP 503 from the upload destination');
 
   const refused = await server(() => 403);
   t.after(() => refused.close());
-  const no = await uploadFile(file, refused.url, { attempts: 5, backoff: { baseMs: 10, maxMs: 20 } });
+  const no = await uploadFile(file, refused.url, { ...LOOPBACK_ALLOWED, attempts: 5, backoff: { baseMs: 10, maxMs: 20 } });
   assert.deepEqual({ ok: no.ok, attempts: no.attempts }, { ok: false, attempts: 1 });
-  assert.match(no.errors[0], /^attempt 1: http:\/\/127\.0\.0\.1:\d+\/b\.tar\.gz\?… answered 403/);
+  assert.equal(no.errors[0], 'attempt 1: HTTP 403 from the upload destination');
   assert.ok(!JSON.stringify([no, retries]).includes('secret'));
+});
+
+/** The escape hatch, as an operator would set it for a test bucket on loopback. */
+const LOOPBACK_ALLOWED: UploadOptions = { policy: { allowedHosts: ['127.0.0.1'], allowHttp: true } };
+
+/** A loopback listener that counts connections: what "nothing was sent" is measured with. */
+async function listener(): Promise<{ port: number; connections: () => number; close: () => Promise<void> }> {
+  let n = 0;
+  const s = net.createServer((c) => {
+    n++;
+    c.destroy();
+  });
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return {
+    port: (s.address() as AddressInfo).port,
+    connections: () => n,
+    close: () => new Promise<void>((r) => s.close(() => r())),
+  };
+}
+
+function bundleFile(t: { after: (fn: () => void) => void }): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-dest-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'b.tar.gz');
+  writeFileSync(file, Buffer.alloc(1000, 1));
+  return file;
+}
+
+/** A connector that records where the request would connect (through the lookup it was given) and sends nothing. */
+function recordingConnector(seen: string[]): UploadOptions['createConnection'] {
+  return ((opts: { host?: string; lookup?: net.LookupFunction }) => {
+    const sock = new net.Socket();
+    opts.lookup?.(opts.host ?? '', { all: true }, (err: unknown, list: unknown) => {
+      const first = Array.isArray(list) ? (list as { address: string }[]).map((a) => a.address).join(',') : String(list);
+      seen.push(err ? 'lookup failed' : first);
+      setImmediate(() => sock.destroy(Object.assign(new Error('refused by the test connector'), { code: 'ECONNREFUSED' })));
+    });
+    return sock;
+  }) as unknown as UploadOptions['createConnection'];
+}
+
+test('an upload to loopback, link-local, private or unique-local addresses is refused and nothing is sent', async (t) => {
+  const file = bundleFile(t);
+  const l = await listener();
+  t.after(() => l.close());
+  const seen: string[] = [];
+  const common: UploadOptions = { attempts: 3, backoff: { baseMs: 1, maxMs: 1 }, createConnection: recordingConnector(seen) };
+  const cases: [string, string][] = [
+    [`https://127.0.0.1:${l.port}/b.tar.gz`, 'a loopback'],
+    [`https://[::ffff:127.0.0.1]:${l.port}/b.tar.gz`, 'a loopback'],
+    ['https://169.254.169.254/latest/meta-data', 'a link-local'],
+    ['https://10.1.2.3/b.tar.gz', 'a private'],
+    ['https://192.168.0.10/b.tar.gz', 'a private'],
+    ['https://[fc00::1]/b.tar.gz', 'a unique-local'],
+    ['https://[fe80::1]/b.tar.gz', 'a link-local'],
+    ['https://[64:ff9b::a9fe:a9fe]/b.tar.gz', 'a link-local'],
+  ];
+  for (const [url, kind] of cases) {
+    const r = await uploadFile(file, url, common);
+    assert.equal(r.ok, false, url);
+    assert.equal(r.attempts, 0, `${url}: no attempt`);
+    assert.equal(r.refused, `the upload destination is ${kind} address (diagnostics.upload.allowedHosts lists hosts allowed anyway)`, url);
+  }
+  // A name is resolved first: one that answers a private address is refused the same way.
+  const resolve: Resolver = () => Promise.resolve([{ address: '10.0.0.7', family: 4 }]);
+  const named = await uploadFile(file, 'https://bucket.internal.example/b.tar.gz', { ...common, resolve });
+  assert.match(named.refused ?? '', /is a private address/);
+  assert.deepEqual(seen, [], 'no connection was even attempted');
+  assert.equal(l.connections(), 0, 'the loopback listener saw no connection');
+  assert.equal(refusedKind('8.8.8.8'), undefined, 'a public address passes');
+  assert.equal(refusedKind('2606:4700::1111'), undefined);
+});
+
+test('an http upload is refused unless allowHttp, and the API server own address is refused', async (t) => {
+  const file = bundleFile(t);
+  const seen: string[] = [];
+  const publicDns: Resolver = (h) => Promise.resolve([{ address: h === 'api.example' ? '203.0.113.9' : '203.0.113.7', family: 4 }]);
+  const o: UploadOptions = { attempts: 1, resolve: publicDns, createConnection: recordingConnector(seen) };
+  const plain = await uploadFile(file, 'http://bucket.example/b.tar.gz', o);
+  assert.match(plain.refused ?? '', /http:\/\/ and only https is allowed \(diagnostics\.upload\.allowHttp\)/);
+  const api = await uploadFile(file, 'https://api-alias.example/b', {
+    ...o,
+    resolve: () => Promise.resolve([{ address: '203.0.113.9', family: 4 }]),
+    policy: { allowedHosts: [], allowHttp: false, apiServer: 'https://api.example:443' },
+  });
+  assert.match(api.refused ?? '', /is the API server/);
+  assert.deepEqual(seen, [], 'nothing sent');
+});
+
+test('a rebinding resolver (public first, loopback after) cannot make the upload connect to loopback', async (t) => {
+  const file = bundleFile(t);
+  const l = await listener();
+  t.after(() => l.close());
+  let asked = 0;
+  const rebinding: Resolver = () => Promise.resolve([{ address: asked++ === 0 ? '203.0.113.7' : '127.0.0.1', family: 4 }]);
+  const seen: string[] = [];
+  const r = await uploadFile(file, `https://rebind.example:${l.port}/b.tar.gz`, {
+    attempts: 3,
+    backoff: { baseMs: 1, maxMs: 1 },
+    resolve: rebinding,
+    createConnection: recordingConnector(seen),
+  });
+  assert.equal(r.ok, false);
+  assert.equal(asked, 1, 'the name was resolved once');
+  assert.deepEqual(seen, ['203.0.113.7', '203.0.113.7', '203.0.113.7'], 'every attempt connects to the checked address');
+  assert.equal(l.connections(), 0, 'never to loopback');
+  assert.deepEqual(
+    r.errors,
+    [1, 2, 3].map((i) => `attempt ${i}: PUT to the upload destination: ECONNREFUSED`),
+  );
+});
+
+test('a 403 answer with a secret in its body is reported as a code only', async (t) => {
+  const file = bundleFile(t);
+  const secret = `tok-${Math.random().toString(36).slice(2)}`;
+  const s = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(403, { 'content-type': 'text/plain' }).end(`forbidden; your token is ${secret}`));
+  });
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => s.close(() => r())));
+  const r = await uploadFile(file, `http://127.0.0.1:${(s.address() as AddressInfo).port}/b`, LOOPBACK_ALLOWED);
+  assert.equal(r.ok, false);
+  assert.deepEqual(r.errors, ['attempt 1: HTTP 403 from the upload destination']);
+  assert.ok(!JSON.stringify(r).includes(secret));
+});
+
+test('an allowed host on loopback takes the upload over https (SNI and certificate by name) and over http', async (t) => {
+  const file = bundleFile(t);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-tls-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const gen = spawnSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=bucket.test',
+      '-addext',
+      'subjectAltName=DNS:bucket.test',
+      '-keyout',
+      path.join(dir, 'k.pem'),
+      '-out',
+      path.join(dir, 'c.pem'),
+    ],
+    { encoding: 'utf8' },
+  );
+  assert.equal(gen.status, 0, gen.stderr);
+  const cert = readFileSync(path.join(dir, 'c.pem'));
+  const got: { bytes: number; host?: string; sni?: string }[] = [];
+  const s = https.createServer({ key: readFileSync(path.join(dir, 'k.pem')), cert }, (req, res) => {
+    let bytes = 0;
+    req.on('data', (d: Buffer) => (bytes += d.length));
+    req.on('end', () => {
+      got.push({ bytes, host: req.headers.host, sni: (req.socket as unknown as { servername?: string }).servername });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => (s.closeAllConnections(), s.close(() => r()))));
+  const port = (s.address() as AddressInfo).port;
+  const resolve: Resolver = () => Promise.resolve([{ address: '127.0.0.1', family: 4 }]);
+  const refused = await uploadFile(file, `https://bucket.test:${port}/b`, { resolve, ca: cert });
+  assert.match(refused.refused ?? '', /loopback/, 'not allowed by default');
+  const ok = await uploadFile(file, `https://bucket.test:${port}/b`, {
+    resolve,
+    ca: cert,
+    policy: { allowedHosts: ['bucket.test'], allowHttp: false },
+  });
+  assert.deepEqual({ ok: ok.ok, errors: ok.errors }, { ok: true, errors: [] });
+  assert.deepEqual(got, [{ bytes: 1000, host: `bucket.test:${port}`, sni: 'bucket.test' }]);
+
+  const put = await server(() => 200);
+  t.after(() => put.close());
+  const plain = await uploadFile(file, put.url, LOOPBACK_ALLOWED);
+  assert.equal(plain.ok, true);
+  assert.deepEqual(put.bodies, [1000]);
+});
+
+test('a bundle token matches only its own hash, and a sealed destination opens only with its request key and uid', () => {
+  const token = newToken();
+  assert.equal(Buffer.from(token, 'base64url').length, 32);
+  const sha = tokenSHA256(token);
+  assert.match(sha, /^[0-9a-f]{64}$/);
+  assert.equal(tokenMatches(token, sha), true);
+  assert.equal(tokenMatches(newToken(), sha), false);
+  assert.equal(tokenMatches(token, 'zz'), false);
+  const key = newDestinationKey();
+  const url = 'https://bucket.example/a.tar.gz?X-Amz-Signature=s3cret';
+  const sealed = sealDestination(key.publicKey, 'uid-1', url);
+  assert.ok(!sealed.includes('bucket') && !Buffer.from(sealed, 'base64url').toString('latin1').includes('bucket'));
+  assert.equal(openDestination(key, 'uid-1', sealed), url);
+  assert.equal(openDestination(key, 'uid-2', sealed), undefined, 'bound to the object uid');
+  assert.equal(openDestination(newDestinationKey(), 'uid-1', sealed), undefined, 'another key (another node) cannot open it');
+  const tampered = Buffer.from(sealed, 'base64url');
+  tampered[tampered.length - 1] ^= 1;
+  assert.equal(openDestination(key, 'uid-1', tampered.toString('base64url')), undefined);
 });
 
 test('diagnostics configuration: automatic capture is off by default and needs an upload URL when on', () => {
@@ -150,4 +380,20 @@ test('diagnostics configuration: automatic capture is off by default and needs a
     () => parseConfig('diagnostics:\n  autoCapture:\n    minInterval: 0\n'),
     /diagnostics\.autoCapture\.minInterval: must be more than 0/,
   );
+});
+
+test('upload destination configuration: https only and no allowed host by default; an http auto-capture URL needs allowHttp', () => {
+  assert.deepEqual(parseConfig('').diagnostics.upload, { allowedHosts: [], allowHttp: false });
+  assert.throws(
+    () => parseConfig('diagnostics:\n  autoCapture:\n    uploadUrl: http://b.example/{node}\n'),
+    /diagnostics\.autoCapture\.uploadUrl: http:\/\/ needs diagnostics\.upload\.allowHttp: true/,
+  );
+  assert.throws(
+    () => parseConfig('diagnostics:\n  upload:\n    allowedHosts: ["https://b.example/x"]\n'),
+    /diagnostics\.upload\.allowedHosts\.0/,
+  );
+  const ok = parseConfig(
+    'diagnostics:\n  upload: {allowedHosts: [minio.local], allowHttp: true}\n  autoCapture:\n    uploadUrl: http://minio.local/x\n',
+  );
+  assert.deepEqual(ok.diagnostics.upload.allowedHosts, ['minio.local']);
 });

@@ -3,7 +3,9 @@
  * this node, watched by field selector so the agent sees no other node's) and, when configured, on
  * a Fatal finding. Captures run one at a time in a child process (captureInChild); handle() only
  * queues, so the engine's sinks never wait on a capture. Bundles are uploaded by HTTP PUT or kept
- * on the node and served by the agent's HTTP server through the API server's node proxy.
+ * on the node and served by the agent's HTTP server through the API server's node proxy, only to
+ * the holder of the request's token. A request's upload URL arrives sealed to a key made for that
+ * request (access.ts); the NodeDiagnostic itself carries no secret and names no destination.
  */
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
@@ -35,6 +37,8 @@ import {
 } from './resource.ts';
 import { BundleStore, type KeptBundle } from './store.ts';
 import { uploadFile, type UploadOptions } from './upload.ts';
+import { newDestinationKey, openDestination, tokenMatches, type DestinationKey } from './access.ts';
+import { checkDestination, DestinationRefused, type DestinationPolicy } from './destination.ts';
 
 /** Event reasons on the Node for automatic captures (not findings: they name what Vigil did). */
 export const EVENT_REASONS = {
@@ -48,6 +52,8 @@ type Trigger = 'request' | 'fatal';
 
 /** Default wait before looking again for a NodeDiagnostic CRD that was not installed. */
 const CRD_RECHECK_MS = 10 * 60_000;
+/** How long an upload request waits for its sealed destination. */
+const DESTINATION_WAIT_MS = 5 * 60_000;
 
 export interface DiagnosticsControllerOptions {
   nodeName: string;
@@ -62,7 +68,9 @@ export interface DiagnosticsControllerOptions {
   clients?: KubeClients;
   events?: EventRecorder;
   capture?: (opts: CaptureOptions, signal?: AbortSignal) => Promise<CaptureResult>;
-  upload?: Omit<UploadOptions, 'signal' | 'onRetry' | 'attempts'>;
+  upload?: Omit<UploadOptions, 'signal' | 'onRetry' | 'attempts' | 'policy'>;
+  /** How long an upload request waits for `vigil logs` to send its sealed destination (default 5 min). */
+  destinationWaitMs?: number;
   /** Backoff of the watch after a failure (default 1 s doubling to 60 s). */
   watchRetry?: { baseMs: number; maxMs: number };
   /** While the API server has no NodeDiagnostic resource (the CRD is not installed), how often to look again (default 10 min). */
@@ -77,6 +85,13 @@ interface Job {
   request: CaptureRequest;
   /** What started it (automatic captures): reason and entity. */
   cause?: string;
+}
+
+/** An upload request waiting for its sealed destination. */
+interface Awaiting {
+  key: DestinationKey;
+  request: CaptureRequest;
+  timer: NodeJS.Timeout;
 }
 
 interface Metrics {
@@ -107,6 +122,10 @@ export class DiagnosticsController implements Sink {
   private wake: (() => void) | undefined;
   private listen: { address: string; port: number } | undefined;
   private readonly reported = new Set<string>();
+  private readonly awaiting = new Map<string, Awaiting>();
+  /** Kept bundle name to the hash of the token that may fetch it (in memory: lost on restart). */
+  private readonly grants = new Map<string, string>();
+  private readonly policy: DestinationPolicy;
 
   constructor(private readonly o: DiagnosticsControllerOptions) {
     this.now = o.now ?? Date.now;
@@ -158,6 +177,11 @@ export class DiagnosticsController implements Sink {
     };
     this.autoMatch = o.config.autoCapture.match ? new RegExp(o.config.autoCapture.match) : undefined;
     this.autoFile = path.join(o.stateDir, 'diagnostics', 'auto-capture.json');
+    this.policy = {
+      allowedHosts: o.config.upload.allowedHosts,
+      allowHttp: o.config.upload.allowHttp,
+      ...(o.clients?.kc.getCurrentCluster()?.server ? { apiServer: o.clients.kc.getCurrentCluster()!.server } : {}),
+    };
     this.lastAutoAt = this.readLastAuto();
     if (this.lastAutoAt !== undefined) this.m.lastAuto.set(this.lastAutoAt / 1000);
   }
@@ -169,9 +193,20 @@ export class DiagnosticsController implements Sink {
     if (this.o.clients && this.o.config.requests.enabled) void this.watchLoop(this.o.clients);
   }
 
-  /** A kept bundle by file name, for the HTTP route; only bundles this agent made. */
-  bundle(name: string): KeptBundle | undefined {
+  /**
+   * A kept bundle by file name, for the HTTP route: only bundles this agent made, only to the token
+   * of the NodeDiagnostic that produced (or was granted) it. 'forbidden' for any other token or name.
+   */
+  bundle(name: string, token: string): KeptBundle | 'forbidden' | undefined {
+    const grant = this.grants.get(name);
+    if (!grant || !tokenMatches(token, grant)) return 'forbidden';
     return this.store.get(name);
+  }
+
+  private grant(name: string, sha: string | undefined): void {
+    if (!sha) return;
+    for (const n of this.grants.keys()) if (!this.store.get(n)) this.grants.delete(n);
+    this.grants.set(name, sha);
   }
 
   handle(event: EngineEvent): void {
@@ -184,6 +219,8 @@ export class DiagnosticsController implements Sink {
 
   async close(): Promise<void> {
     this.stopped = true;
+    for (const a of this.awaiting.values()) clearTimeout(a.timer);
+    this.awaiting.clear();
     this.watchAbort?.abort();
     this.wake?.();
     this.current?.abort.abort(new Error('the agent is stopping'));
@@ -332,6 +369,9 @@ export class DiagnosticsController implements Sink {
 
   private cancel(uid: string): void {
     this.queuedUids.delete(uid);
+    const a = this.awaiting.get(uid);
+    if (a) clearTimeout(a.timer);
+    this.awaiting.delete(uid);
     if (this.current?.job.uid === uid) {
       this.o.log.info({ event: 'diagnostics', uid }, 'NodeDiagnostic deleted: stopping its capture');
       this.current.abort.abort(new Error('the NodeDiagnostic was deleted'));
@@ -345,6 +385,8 @@ export class DiagnosticsController implements Sink {
     if (st.observedUID === uid) {
       if (st.phase && TERMINAL.includes(st.phase)) return;
       if (this.queuedUids.has(uid) || this.current?.job.uid === uid) return;
+      const waiting = this.awaiting.get(uid);
+      if (waiting) return this.destinationArrived(uid, waiting, obj.spec?.sealedDestination);
       // Started by an earlier run of the agent that stopped before finishing.
       if (listed) {
         await this.patchStatus(uid, {
@@ -361,6 +403,29 @@ export class DiagnosticsController implements Sink {
       await this.patchStatus(uid, { phase: 'Failed', message: parsed.error, completionTime: new Date(this.now()).toISOString() });
       return;
     }
+    if (parsed.request.bundle) return this.grantKept(uid, parsed.request);
+    if (parsed.request.delivery.kind === 'upload') {
+      // Registered before the status write: the watch may bring the sealed destination at once.
+      const key = newDestinationKey();
+      const waitMs = this.o.destinationWaitMs ?? DESTINATION_WAIT_MS;
+      const timer = setTimeout(() => {
+        if (!this.awaiting.delete(uid)) return;
+        void this.patchStatus(uid, {
+          phase: 'Failed',
+          message: `no upload destination arrived within ${formatDuration(waitMs)} (\`vigil logs --upload-url\` sends it)`,
+          completionTime: new Date(this.now()).toISOString(),
+        });
+      }, waitMs);
+      timer.unref();
+      this.awaiting.set(uid, { key, request: parsed.request, timer });
+      await this.patchStatus(uid, {
+        phase: 'Pending',
+        message: 'waiting for the upload destination, sealed to status.destinationKey',
+        destinationKey: key.publicKey,
+        errors: [],
+      });
+      return;
+    }
     this.queuedUids.add(uid);
     const busy = this.current !== undefined;
     await this.patchStatus(uid, {
@@ -369,6 +434,53 @@ export class DiagnosticsController implements Sink {
       errors: [],
     });
     this.enqueue({ trigger: 'request', uid, request: parsed.request });
+  }
+
+  /** An upload request's spec changed: open its sealed destination, check it, then capture. */
+  private async destinationArrived(uid: string, waiting: Awaiting, sealed: string | undefined): Promise<void> {
+    if (!sealed) return;
+    this.awaiting.delete(uid);
+    clearTimeout(waiting.timer);
+    const fail = (message: string) =>
+      this.patchStatus(uid, { phase: 'Failed', message, completionTime: new Date(this.now()).toISOString() });
+    const url = openDestination(waiting.key, uid, sealed);
+    if (url === undefined) return void (await fail("spec.sealedDestination: not sealed to this request's destinationKey"));
+    try {
+      // Checked now, before a capture that could not be delivered; checked again (and the
+      // connection pinned) when uploading.
+      await checkDestination(url, this.policy, this.o.upload?.resolve);
+    } catch (err) {
+      if (!(err instanceof DestinationRefused)) throw err;
+      this.o.log.warn({ event: 'diagnostics', uid, destination: redactUrl(url) }, `upload destination refused: ${err.message}`);
+      return void (await fail(`upload refused: ${err.message}`));
+    }
+    this.queuedUids.add(uid);
+    const busy = this.current !== undefined;
+    await this.patchStatus(uid, { phase: 'Pending', message: busy ? 'waiting for the capture in progress on this node' : 'accepted' });
+    this.enqueue({ trigger: 'request', uid, request: { ...waiting.request, delivery: { kind: 'upload', url } } });
+  }
+
+  /** spec.bundle: the token may now fetch a bundle already kept (an automatic capture's, a failed upload's). */
+  private async grantKept(uid: string, request: CaptureRequest): Promise<void> {
+    const b = request.bundle ? this.store.get(request.bundle) : undefined;
+    const completionTime = new Date(this.now()).toISOString();
+    if (!b || !this.listen) {
+      await this.patchStatus(uid, {
+        phase: 'Failed',
+        message: b ? 'the agent has no HTTP port to serve it from' : 'spec.bundle: no such bundle is kept on this node',
+        completionTime,
+      });
+      return;
+    }
+    this.grant(b.name, request.tokenSHA256);
+    await this.patchStatus(uid, {
+      phase: 'Succeeded',
+      message: "kept bundle granted to this request's token",
+      location: nodeProxyPath(this.o.nodeName, this.listen.port, b.name),
+      keptOnNode: true,
+      bytes: b.bytes,
+      completionTime,
+    });
   }
 
   // ---- running a capture ----
@@ -442,6 +554,7 @@ export class DiagnosticsController implements Sink {
       'diagnostic bundle captured',
     );
     const done = { bytes: kept.bytes, manifest, errors: collectorErrors.slice(0, 60) };
+    this.grant(name, job.request.tokenSHA256);
 
     if (job.request.delivery.kind === 'node') {
       await status({
@@ -455,10 +568,13 @@ export class DiagnosticsController implements Sink {
       return;
     }
     const url = expandUrl(job.request.delivery.url, nodeName, name, this.now());
+    // Logs and Events (automatic: a configured URL) may name it; a status every agent reads may not.
     const shown = redactUrl(url);
-    if (!(await status({ ...done, phase: 'Uploading', message: `uploading ${kept.bytes} bytes to ${shown}` }))) return;
+    const where = job.trigger === 'fatal' ? shown : 'the upload destination';
+    if (!(await status({ ...done, phase: 'Uploading', message: `uploading ${kept.bytes} bytes to the upload destination` }))) return;
     const up = await uploadFile(kept.path, url, {
       ...this.o.upload,
+      policy: this.policy,
       attempts: this.o.config.uploadAttempts,
       signal,
       onRetry: (attempt, error, delayMs) =>
@@ -476,7 +592,7 @@ export class DiagnosticsController implements Sink {
       await status({
         phase: 'Succeeded',
         message: `uploaded in ${up.attempts} attempt(s)`,
-        location: shown,
+        ...(job.trigger === 'fatal' ? { location: shown } : {}),
         keptOnNode: false,
         completionTime: new Date(this.now()).toISOString(),
       });
@@ -485,7 +601,9 @@ export class DiagnosticsController implements Sink {
     this.m.uploads.inc({ trigger: job.trigger, result: 'failed' });
     const last = up.errors.at(-1) ?? (signal.aborted ? errorMessage(signal.reason) : 'aborted');
     const message =
-      `upload to ${shown} failed after ${up.attempts} attempt(s) (${last}); ` +
+      (up.refused
+        ? `upload to ${where} refused: ${up.refused}; `
+        : `upload to ${where} failed after ${up.attempts} attempt(s) (${last}); `) +
       `the bundle is kept on the node for ${formatDuration(this.o.config.keep.retention)}: ${served}${keptNote}`;
     log.warn({ event: 'diagnostics', trigger: job.trigger, bundle: name }, message);
     if (job.trigger === 'fatal') this.o.events?.record(EVENT_REASONS.uploadFailed, `${job.cause}: ${message}`, 'Warning');

@@ -17,8 +17,15 @@ export const TERMINAL: readonly Phase[] = ['Succeeded', 'Failed'];
 
 export interface NodeDiagnosticSpec {
   categories?: string[];
+  /** `node` (kept on the node, fetched with the token) or `upload` (to a sealed destination). */
   delivery?: string;
   since?: string;
+  /** Hex SHA-256 of the token `vigil logs` holds (access.ts). */
+  tokenSHA256?: string;
+  /** The upload URL sealed to status.destinationKey (access.ts). */
+  sealedDestination?: string;
+  /** Grant the token an existing kept bundle (an automatic capture's) instead of capturing. */
+  bundle?: string;
 }
 
 export interface ManifestSummary {
@@ -41,6 +48,8 @@ export interface NodeDiagnosticStatus {
   keptOnNode?: boolean;
   errors?: string[];
   manifest?: ManifestSummary;
+  /** The agent's public key for this request's sealed upload destination. */
+  destinationKey?: string;
 }
 
 export interface NodeDiagnostic {
@@ -60,9 +69,16 @@ export interface NodeDiagnostic {
 /** What the agent does for one resource, once its spec is checked. */
 export interface CaptureRequest {
   categories: DiagnosticCategory[];
+  /** An upload's url is known once unsealed (requests) or from the configuration (automatic). */
   delivery: { kind: 'node' } | { kind: 'upload'; url: string };
   since?: string;
+  /** Requests only: the hash of the token that may fetch the bundle. */
+  tokenSHA256?: string;
+  /** Requests only: grant this kept bundle rather than capture. */
+  bundle?: string;
 }
+
+const BUNDLE_NAME = /^[a-z0-9][a-z0-9.-]{0,252}-\d{8}t\d{6}z-[0-9a-f]{16}\.tar\.gz$/;
 
 /**
  * Checks a spec the way the CRD's schema does (an object written before the CRD was installed, or
@@ -80,14 +96,23 @@ export function parseSpec(spec: unknown): { ok: true; request: CaptureRequest } 
     if (!categories.includes(c as DiagnosticCategory)) categories.push(c as DiagnosticCategory);
   }
   const delivery = s.delivery ?? 'node';
-  if (typeof delivery !== 'string') return { ok: false, error: 'spec.delivery: expected "node" or an http(s) URL' };
-  let target: CaptureRequest['delivery'];
-  if (delivery === 'node') target = { kind: 'node' };
-  else {
-    const url = parseUploadUrl(delivery);
-    if (typeof url === 'string') return { ok: false, error: `spec.delivery: ${url}` };
-    target = { kind: 'upload', url: delivery };
+  if (delivery !== 'node' && delivery !== 'upload') {
+    return {
+      ok: false,
+      error:
+        typeof delivery === 'string' && /^[a-z][a-z0-9+.-]*:/i.test(delivery)
+          ? "spec.delivery: a URL is no longer accepted here (every agent can read this object); use `vigil logs --upload-url`, which seals it to the node's agent"
+          : 'spec.delivery: expected "node" or "upload"',
+    };
   }
+  if (typeof s.tokenSHA256 !== 'string' || !/^[0-9a-f]{64}$/.test(s.tokenSHA256)) {
+    return { ok: false, error: "spec.tokenSHA256: required, the hex SHA-256 of the caller's token (`vigil logs` sets it)" };
+  }
+  if (s.bundle !== undefined && (typeof s.bundle !== 'string' || !BUNDLE_NAME.test(s.bundle))) {
+    return { ok: false, error: 'spec.bundle: expected the name of a bundle kept on the node (<node>-<time>-<16 hex>.tar.gz)' };
+  }
+  if (s.bundle !== undefined && delivery !== 'node') return { ok: false, error: 'spec.bundle: only with delivery "node"' };
+  const target: CaptureRequest['delivery'] = delivery === 'node' ? { kind: 'node' } : { kind: 'upload', url: '' };
   if (s.since !== undefined && (typeof s.since !== 'string' || parseDuration(s.since) === undefined)) {
     return { ok: false, error: `spec.since: expected a duration such as 30m or 2h, not ${JSON.stringify(s.since)}` };
   }
@@ -97,6 +122,8 @@ export function parseSpec(spec: unknown): { ok: true; request: CaptureRequest } 
       categories: categories.length ? categories : [...DIAGNOSTIC_CATEGORIES],
       delivery: target,
       ...(typeof s.since === 'string' ? { since: s.since } : {}),
+      tokenSHA256: s.tokenSHA256,
+      ...(typeof s.bundle === 'string' ? { bundle: s.bundle } : {}),
     },
   };
 }
@@ -107,7 +134,7 @@ export function parseUploadUrl(text: string): URL | string {
   try {
     url = new URL(text);
   } catch {
-    return `${JSON.stringify(redactUrl(text))} is not a URL (expected "node" or an http(s) URL)`;
+    return `${JSON.stringify(redactUrl(text))} is not a URL (expected an http(s) URL)`;
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `${url.protocol} URLs are not supported (http or https)`;
   return url;

@@ -1,8 +1,11 @@
 /**
  * Streams a bundle to a URL with HTTP PUT (a presigned S3 URL takes exactly this: a PUT with a
- * Content-Length, no chunked encoding). Retries what may pass (no answer, 5xx, 408, 429) with
- * backoff; a refusal (403: an expired signature) fails at once. The deadline grows with the size,
- * and a connection that makes no progress for `idleMs` is cut.
+ * Content-Length, no chunked encoding). The destination is checked and resolved once first
+ * (destination.ts); every attempt connects to the checked addresses. Retries what may pass (no
+ * answer, 5xx, 408, 429) with backoff; a refusal (403: an expired signature) fails at once. The
+ * deadline grows with the size, and a connection that makes no progress for `idleMs` is cut.
+ * Errors name neither the URL nor anything the destination answered (its body is never read):
+ * they end up in a status every agent can read.
  */
 import { createReadStream, statSync } from 'node:fs';
 import http from 'node:http';
@@ -10,7 +13,7 @@ import https from 'node:https';
 import { pipeline } from 'node:stream/promises';
 import { Backoff } from '../../sinks/kubernetes/backoff.ts';
 import { errorMessage } from '../../util/errors.ts';
-import { redactUrl } from './resource.ts';
+import { checkDestination, DestinationRefused, type DestinationPolicy, type Resolver } from './destination.ts';
 
 export interface UploadOptions {
   attempts?: number;
@@ -21,6 +24,12 @@ export interface UploadOptions {
   baseTimeoutMs?: number;
   minBytesPerSecond?: number;
   signal?: AbortSignal;
+  /** Which destinations are allowed (default: https to public addresses only). */
+  policy?: DestinationPolicy;
+  /** Tests: the DNS resolver, a connection factory that sends nothing, extra trusted CAs. */
+  resolve?: Resolver;
+  createConnection?: http.RequestOptions['createConnection'];
+  ca?: string | Buffer;
   onRetry?: (attempt: number, error: string, delayMs: number) => void;
 }
 
@@ -28,8 +37,10 @@ export interface UploadResult {
   ok: boolean;
   attempts: number;
   status?: number;
-  /** Why each failed attempt failed (URL redacted). */
+  /** Why each failed attempt failed (no URL, no response body). */
   errors: string[];
+  /** Set when the destination was refused by policy: no connection was made. */
+  refused?: string;
 }
 
 class Permanent extends Error {}
@@ -41,10 +52,18 @@ export async function uploadFile(file: string, url: string, o: UploadOptions = {
   const deadlineMs = (o.baseTimeoutMs ?? 120_000) + Math.ceil((bytes / (o.minBytesPerSecond ?? 256 * 1024)) * 1000);
   const errors: string[] = [];
   let status: number | undefined;
+  let dest;
+  try {
+    dest = await checkDestination(url, o.policy ?? { allowedHosts: [], allowHttp: false }, o.resolve);
+  } catch (err) {
+    if (!(err instanceof DestinationRefused)) throw err;
+    return { ok: false, attempts: 0, errors: [`refused: ${err.message}`], refused: err.message };
+  }
+  const target: Target = { url: dest.url, lookup: dest.lookup, createConnection: o.createConnection, ca: o.ca };
   for (let i = 1; i <= attempts; i++) {
     if (o.signal?.aborted) break;
     try {
-      status = await putOnce(file, bytes, new URL(url), deadlineMs, o.idleMs ?? 60_000, o.signal);
+      status = await putOnce(file, bytes, target, deadlineMs, o.idleMs ?? 60_000, o.signal);
       return { ok: true, attempts: i, status, errors };
     } catch (err) {
       const msg = `attempt ${i}: ${errorMessage(err)}`;
@@ -68,27 +87,37 @@ class RetryAfter extends Error {
   }
 }
 
-function putOnce(file: string, bytes: number, url: URL, deadlineMs: number, idleMs: number, outer?: AbortSignal): Promise<number> {
+interface Target {
+  url: URL;
+  lookup: NonNullable<http.RequestOptions['lookup']>;
+  createConnection: http.RequestOptions['createConnection'] | undefined;
+  ca: string | Buffer | undefined;
+}
+
+function putOnce(file: string, bytes: number, t: Target, deadlineMs: number, idleMs: number, outer?: AbortSignal): Promise<number> {
   const signal = AbortSignal.any([AbortSignal.timeout(deadlineMs), ...(outer ? [outer] : [])]);
-  const mod = url.protocol === 'https:' ? https : http;
+  const mod = t.url.protocol === 'https:' ? https : http;
   return new Promise<number>((resolve, reject) => {
-    const req = mod.request(url, {
+    const req = mod.request(t.url, {
       method: 'PUT',
       signal,
       headers: { 'content-type': 'application/gzip', 'content-length': String(bytes) },
+      // Only the checked addresses: no second DNS answer can send this elsewhere.
+      lookup: t.lookup,
+      // No pooled socket: each attempt connects to the addresses checked for it. (An injected
+      // connector is only used without an agent.)
+      ...(t.createConnection ? { createConnection: t.createConnection } : { agent: false }),
+      ...(t.ca ? { ca: t.ca } : {}),
     });
     req.setTimeout(idleMs, () => req.destroy(new Error(`no progress for ${idleMs} ms`)));
     req.once('response', (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => {
-        if (body.length < 512) body += d;
-      });
+      // The body is not read: what a destination answers must never reach a status.
+      res.resume();
       res.once('error', reject);
       res.once('end', () => {
         const code = res.statusCode ?? 0;
         if (code >= 200 && code < 300) return resolve(code);
-        const text = `${redactUrl(url.toString())} answered ${code}${body.trim() ? `: ${body.trim().slice(0, 200)}` : ''}`;
+        const text = `HTTP ${code} from the upload destination`;
         if (code === 408 || code === 429 || code >= 500) {
           const ra = Number(res.headers['retry-after']);
           return reject(new RetryAfter(text, Number.isFinite(ra) && ra > 0 ? Math.min(ra * 1000, 60_000) : undefined));
@@ -97,9 +126,18 @@ function putOnce(file: string, bytes: number, url: URL, deadlineMs: number, idle
       });
     });
     req.once('error', (err) => {
-      const why = signal.aborted && !outer?.aborted ? `timed out after ${deadlineMs} ms` : errorMessage(err);
-      // An error names the host, never the query string.
-      reject(new Error(`PUT ${redactUrl(url.toString())}: ${why}`));
+      // An errno code only: the system's message names the address.
+      const code = (err as { code?: unknown }).code;
+      const why = signal.aborted
+        ? outer?.aborted
+          ? 'aborted'
+          : `timed out after ${deadlineMs} ms`
+        : typeof code === 'string' && /^E[A-Z_]+$/.test(code)
+          ? code
+          : /^no progress for \d+ ms$/.test(err.message)
+            ? err.message
+            : 'connection failed';
+      reject(new Error(`PUT to the upload destination: ${why}`));
     });
     pipeline(createReadStream(file), req).catch(() => {
       /* the request's own error (above) says why */

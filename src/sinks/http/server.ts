@@ -17,8 +17,11 @@ export interface StatusProvider {
   health(): NodeHealth;
   /** The agent's own health for /healthz. */
   agentHealth(): { status: 'ok' | 'degraded' | 'failed'; components: Record<string, ComponentHealth> };
-  /** A diagnostic bundle this agent kept (src/diagnostics/node-diagnostic), by file name; undefined for any other name. */
-  diagnosticBundle?(name: string): { path: string; bytes: number } | undefined;
+  /**
+   * A diagnostic bundle this agent kept (src/diagnostics/node-diagnostic), by file name, for the
+   * token of the NodeDiagnostic that produced it; 'forbidden' for another token or name.
+   */
+  diagnosticBundle?(name: string, token: string): { path: string; bytes: number } | 'forbidden' | undefined;
 }
 
 /** Connection limits of the agent's port (issue #22 point 10); the defaults suit every deployment. */
@@ -92,15 +95,25 @@ export class HttpServer {
     }
   }
 
-  /** Streams a kept bundle (fetched through the API server's node proxy by `vigil logs`). */
+  /**
+   * Streams a kept bundle (fetched through the API server's node proxy by `vigil logs`) to the
+   * holder of its request's token, sent in X-Vigil-Token (the proxy strips Authorization): 401
+   * without one, 403 with any other (or for a name the token was not given).
+   */
   private bundle(req: http.IncomingMessage, res: http.ServerResponse, raw: string): void {
+    const token = req.headers['x-vigil-token'];
+    if (typeof token !== 'string' || !token) {
+      res.setHeader('www-authenticate', 'X-Vigil-Token');
+      return send(res, 401, 'text/plain', 'a diagnostic bundle needs its NodeDiagnostic token (X-Vigil-Token)\n');
+    }
     let name: string;
     try {
       name = decodeURIComponent(raw);
     } catch {
       name = '';
     }
-    const b = name ? this.status.diagnosticBundle?.(name) : undefined;
+    const b = name ? this.status.diagnosticBundle?.(name, token) : 'forbidden';
+    if (b === 'forbidden') return send(res, 403, 'text/plain', 'this token does not grant this diagnostic bundle\n');
     if (!b) return send(res, 404, 'text/plain', 'no such diagnostic bundle\n');
     res.writeHead(200, { 'content-type': 'application/gzip', 'content-length': String(b.bytes), 'cache-control': 'no-store' });
     if (req.method === 'HEAD') return void res.end();

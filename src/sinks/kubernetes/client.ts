@@ -53,6 +53,11 @@ export interface CustomApi {
     p: { group: string; version: string; plural: string; name: string; body: object },
     o?: RequestOptions,
   ): Promise<unknown>;
+  /** `vigil logs`: the sealed upload destination goes into the spec. */
+  patchClusterCustomObject(
+    p: { group: string; version: string; plural: string; name: string; body: object },
+    o?: RequestOptions,
+  ): Promise<unknown>;
   getClusterCustomObject(p: { group: string; version: string; plural: string; name: string }, o?: RequestOptions): Promise<unknown>;
   createClusterCustomObject(p: { group: string; version: string; plural: string; body: object }, o?: RequestOptions): Promise<unknown>;
   deleteClusterCustomObject(p: { group: string; version: string; plural: string; name: string }, o?: RequestOptions): Promise<unknown>;
@@ -219,6 +224,7 @@ export function makeClients(kubeconfig?: string): KubeClients {
     server,
   };
 }
+      patchClusterCustomObject: (p, o) => patch(`${custom(p)}/${enc(p.name)}`, p.body, o),
 
 export interface ApiFailure {
   /** HTTP status, or 0 when the server could not be reached or timed out. */
