@@ -2,10 +2,18 @@
  * The README's table of Helm values, generated from deploy/helm/vigil/values.schema.json so it
  * cannot drift from the chart. `npx tsx scripts/gen-values-doc.ts` prints it; `--write` puts it
  * between the README's markers; test/deploy/helm.test.ts fails when the README is stale.
+ *
+ * `--write` first regenerates the schema of the `extraConfig` value from the agent's own
+ * configuration schema (src/config/schema.ts), so `helm install` refuses an extra option the agent
+ * would refuse at start (an unknown key, a wrong type, a value out of range) instead of rendering a
+ * DaemonSet whose every pod crash-loops. test/deploy/helm-values.test.ts fails when it is stale.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import * as z from 'zod';
+import { durationValue, positiveDurationValue } from '../src/config/duration.ts';
+import { configSchema } from '../src/config/schema.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const SCHEMA = path.join(ROOT, 'deploy/helm/vigil/values.schema.json');
@@ -35,6 +43,53 @@ function rows(node: SchemaNode, prefix: string, out: string[]): void {
   }
 }
 
+/**
+ * What parseDuration (src/util/duration.ts) accepts, as a JSON-schema pattern (Go's RE2 in helm);
+ * test/deploy/helm-values.test.ts checks the two agree. The second refuses a bare 0.
+ */
+export const DURATION_PATTERN = '^\\s*(0|([0-9]+(\\.[0-9]+)?(ms|s|m|h|d))+)\\s*$';
+const POSITIVE_DURATION_PATTERN = '^\\s*([0-9]+(\\.[0-9]+)?(ms|s|m|h|d))+\\s*$';
+
+/** The agent's configuration schema as JSON schema (draft 7, what the input may be), without defaults. */
+export function extraConfigSchema(): Record<string, unknown> {
+  const json = z.toJSONSchema(configSchema, {
+    io: 'input',
+    target: 'draft-7',
+    override: (ctx) => {
+      // A duration is a transform, which JSON schema cannot run: give its string form a pattern.
+      const positive = ctx.zodSchema === positiveDurationValue;
+      if (positive || ctx.zodSchema === durationValue) {
+        for (const key of Object.keys(ctx.jsonSchema)) delete ctx.jsonSchema[key];
+        ctx.jsonSchema.anyOf = [
+          { type: 'integer', minimum: positive ? 1 : 0 },
+          { type: 'string', pattern: positive ? POSITIVE_DURATION_PATTERN : DURATION_PATTERN },
+        ];
+      }
+    },
+  }) as Record<string, unknown>;
+  // Defaults belong to the agent (docs/configuration.md), and zod's bounds of a safe integer say
+  // nothing: here they would only be noise.
+  const noise = (key: string, value: unknown) =>
+    key === 'default' || key === '$schema' || (Math.abs(Number(value)) === Number.MAX_SAFE_INTEGER && /^(min|max)imum$/.test(key));
+  const stripped = JSON.parse(JSON.stringify(json, (key, value: unknown) => (noise(key, value) ? undefined : value))) as Record<
+    string,
+    unknown
+  >;
+  return {
+    description:
+      "Merged last into Vigil's configuration file (docs/configuration.md); checked against the agent's own schema. Keys the chart sets from a value (listen from port, logLevel, quarantine, ...) are refused: set the value.",
+    default: {},
+    ...stripped,
+  };
+}
+
+/** values.schema.json's text with the extraConfig schema generated from the agent's. */
+export function schemaWithExtraConfig(text: string): string {
+  const schema = JSON.parse(text) as { properties: Record<string, unknown> };
+  schema.properties.extraConfig = extraConfigSchema();
+  return JSON.stringify(schema, null, 2) + '\n';
+}
+
 export function valuesTable(schema: SchemaNode = JSON.parse(readFileSync(SCHEMA, 'utf8')) as SchemaNode): string {
   const out = ['| Value | Default | What it does |', '|---|---|---|'];
   rows(schema, '', out);
@@ -50,6 +105,8 @@ export function readmeWithTable(readme: string, table = valuesTable()): string {
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  if (process.argv.includes('--write')) writeFileSync(README, readmeWithTable(readFileSync(README, 'utf8')));
-  else process.stdout.write(valuesTable());
+  if (process.argv.includes('--write')) {
+    writeFileSync(SCHEMA, schemaWithExtraConfig(readFileSync(SCHEMA, 'utf8')));
+    writeFileSync(README, readmeWithTable(readFileSync(README, 'utf8')));
+  } else process.stdout.write(valuesTable());
 }
