@@ -8,6 +8,18 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import v8 from 'node:v8';
 
+// SIGUSR1 must not open the Node inspector: on the node's loopback it runs code as root for any
+// local user or host-network pod. A listener replaces Node's inspector handler (checked on Node 20
+// and 24: nothing listens on 9229 after `kill -USR1`), and stays for the process's life; `vigil
+// run` logs each one. Node >= 22.14 can also start with --disable-sigusr1 (the image's entrypoint,
+// once on such a Node), which covers the moments before this line runs too.
+process.on('SIGUSR1', () => {});
+// A SIGUSR1 that came before the listener (during Node's start) opened it: close it again, unless
+// an --inspect flag asked for it (`vigil run` refuses that).
+const inspector = process.features.inspector ? (await import('node:inspector')).default : undefined;
+const inspectFlag = /(^|\s)--inspect(-brk|-wait)?(=|\s|$)/;
+if (inspector?.url() && !inspectFlag.test([...process.execArgv, process.env.NODE_OPTIONS ?? ''].join(' '))) inspector.close();
+
 // Sized for a small daemon (a flag given on the command line or in NODE_OPTIONS wins):
 // - V8 grows each young-generation semi-space up to 16 MiB as it allocates, and keeps it resident;
 //   1 MiB costs a few more scavenges and about 20 MiB less RSS.

@@ -10,6 +10,9 @@ import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
 import { collectStartupGarbage } from '../util/startup-gc.ts';
 import type { Quarantine } from '../remediation/quarantine.ts';
 import { errorMessage } from '../util/errors.ts';
+import { guardSignals, type SignalGuard } from './signals.ts';
+
+const inspector = process.features.inspector ? (await import('node:inspector')).default : undefined;
 
 export interface RunOptions {
   standalone?: boolean;
@@ -24,30 +27,26 @@ export interface RunOptions {
 
 export async function runAgentCommand(opts: RunOptions): Promise<number> {
   // Handlers first: a stop signal that arrives while the agent starts must still stop it cleanly,
-  // state saved, once start returns (not kill it at Node's default).
-  let stopSignal: string | undefined;
-  let onStop: (() => void) | undefined;
-  const stopped = new Promise<string>((resolve) => {
-    onStop = () => resolve(stopSignal ?? 'SIGTERM');
-  });
-  const handlers = (['SIGTERM', 'SIGINT', 'SIGHUP'] as const).map((signal) => {
-    // SIGHUP (terminal closed, `kill -HUP`) stops cleanly like SIGTERM instead of killing the
-    // process unsaved. It does not reload: configuration is read at start, so restart to apply it.
-    const handler = () => {
-      stopSignal ??= signal;
-      onStop?.();
-    };
-    process.once(signal, handler);
-    return [signal, handler] as const;
-  });
+  // state saved, once start returns (not kill it at Node's default). SIGHUP stops like SIGTERM; it
+  // does not reload (configuration is read at start, so restart to apply it).
+  const signals = guardSignals();
   try {
-    return await runAgent(opts, stopped);
+    // An inspector open on the node (--inspect in NODE_OPTIONS or node's arguments) runs code as
+    // root for anyone who reaches its port; an agent never needs one.
+    if (inspector?.url()) {
+      process.stderr.write(
+        "vigil run refuses to start with the Node inspector open (an --inspect flag in NODE_OPTIONS or node's arguments): " +
+          'anyone who reaches its port could run code as root; remove the flag\n',
+      );
+      return 2;
+    }
+    return await runAgent(opts, signals);
   } finally {
-    for (const [signal, handler] of handlers) process.removeListener(signal, handler);
+    signals.remove();
   }
 }
 
-async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<number> {
+async function runAgent(opts: RunOptions, signals: SignalGuard): Promise<number> {
   let config: VigilConfig;
   try {
     config = loadConfig(opts.config);
@@ -68,6 +67,7 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
   if (opts.stateDir) config.stateDir = opts.stateDir;
   if (opts.kubeconfig) config.kubernetes.kubeconfig = opts.kubeconfig;
   const log = pino({ level: config.logLevel, base: { app: 'vigil' }, timestamp: pino.stdTimeFunctions.isoTime });
+  signals.setLogger(log);
   const kubeconfig = config.kubernetes.kubeconfig;
   const useKube =
     !opts.standalone && config.kubernetes.mode !== 'off' && (config.kubernetes.mode === 'on' || kubeConfigAvailable(kubeconfig));
@@ -164,7 +164,7 @@ async function runAgent(opts: RunOptions, stopped: Promise<string>): Promise<num
   quarantine?.start(agent.engine.health());
   collectStartupGarbage(10_000);
 
-  const signal = await stopped;
+  const signal = await signals.stopped;
   log.info({ event: 'stopping', signal }, 'vigil stopping');
   await diagnostics?.close();
   await agent.stop();
