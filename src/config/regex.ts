@@ -1,164 +1,142 @@
 /**
- * Regular expressions from configuration (user rules, escalations, exclusion lists) run on
- * JavaScript's backtracking engine, so one written with catastrophic backtracking could stall the
- * agent on a single kernel line. They are refused at load when they can backtrack exponentially:
+ * Regular expressions from configuration (user rules, NPD rules, escalations, exclusion lists,
+ * autoCapture.match) run on RE2 (re2js, pure JavaScript), not on V8's backtracking engine: RE2
+ * matches in time linear in the line, so no pattern can stall the agent, which a backtracking
+ * pattern such as `(.*a){20}x` did on one matching kernel line (issue #22, point 7).
  *
- * - nested quantifiers such as `(a+)+`, `(a*)*`, `(\w+\s?)*` (found by scslre), and
- * - a repetition whose alternatives overlap, such as `(a|a)*`, `(\w|\d)+`, `(a|ab|b)*` (found by
- *   intersecting the alternatives' languages with refa).
- *
- * Polynomial cases (`.*a.*b`) are allowed: kernel lines are short, so they cost little.
+ * Patterns are RE2 syntax (https://github.com/google/re2/wiki/Syntax), which JavaScript patterns
+ * mostly are already. RE2 has no backreferences and no lookaround; such a pattern is refused with
+ * its reason. The cost per character grows with the compiled program, so a program larger than
+ * MAX_PROGRAM_SIZE instructions is refused too (real rules take 20 to 100).
  */
-import { createRequire } from 'node:module';
-import type * as Regexpp from '@eslint-community/regexpp';
-import type * as Refa from 'refa';
-import type * as Scslre from 'scslre';
+import { RE2JS } from 're2js';
 import * as z from 'zod';
 import { errorMessage } from '../util/errors.ts';
 
-/** The analysers, loaded on first use (about 100 ms and some memory that most configs never need). */
-interface Analysers {
-  regexpp: typeof Regexpp;
-  refa: typeof Refa;
-  scslre: typeof Scslre;
-}
-let analysers: Analysers | undefined;
-function load(): Analysers {
-  if (!analysers) {
-    const require = createRequire(import.meta.url);
-    analysers = {
-      regexpp: require('@eslint-community/regexpp') as Analysers['regexpp'],
-      refa: require('refa') as Analysers['refa'],
-      scslre: require('scslre') as Analysers['scslre'],
-    };
-  }
-  return analysers;
-}
-
-/** Exponential backtracking needs a repeated group: `(…)*`, `(…)+`, `(…){n,}`. Anything else is skipped cheaply. */
-const REPEATED_GROUP = /\)(?:[*+]|\{)/;
-
-/** A bounded repetition above this many iterations is treated like an unbounded one. */
-const MAX_SAFE_REPEAT = 16;
-/** Automaton size past which a pattern is not analysed further (it is accepted). */
-const MAX_NODES = 20_000;
-
 /**
- * Why a pattern cannot be used: a syntax error or exponential backtracking. Undefined when it is
- * fine. `flags` are JavaScript RegExp flags.
+ * Compiled instructions a pattern may take. Matching costs up to about 20-40 ns per character and
+ * instruction on a line that defeats RE2's automaton cache (measured with re2js 2.10), so this
+ * bounds any accepted pattern to some tens of milliseconds on a 4 KiB line.
  */
+export const MAX_PROGRAM_SIZE = 500;
+
+/** What configured patterns are used for: a test of a name or line. */
+export interface LineTest {
+  test(s: string): boolean;
+}
+
+/** JavaScript-style flags accepted from configuration, as RE2 flags (`u` changes nothing: RE2 reads code points). */
+const FLAG_BITS: Record<string, number> = { i: RE2JS.CASE_INSENSITIVE, m: RE2JS.MULTILINE, s: RE2JS.DOTALL, u: 0 };
+
+/** RE2 flags for JavaScript-style flags; throws on a flag RE2 has no equivalent of. */
+function re2Flags(flags: string): number {
+  let bits = 0;
+  for (const f of flags) {
+    const bit = FLAG_BITS[f];
+    if (bit === undefined) throw new Error(`unsupported flag "${f}" (only i, m, s and u)`);
+    bits |= bit;
+  }
+  return bits;
+}
+
+/** A configured pattern compiled for RE2: `test` and `exec` as a JavaScript RegExp has them (no `g` state). */
+export class UserRegex {
+  /** RE2 flags, for rebuilding the pattern elsewhere (the kmsg read thread). */
+  readonly re2Flags: number;
+
+  private constructor(
+    readonly source: string,
+    readonly flags: string,
+    private readonly re: RE2JS,
+  ) {
+    this.re2Flags = re.flags();
+  }
+
+  /** Compiles `pattern` (RE2 syntax); throws an Error whose message is the reason when it cannot be used. */
+  static compile(pattern: string, flags = ''): UserRegex {
+    let re: RE2JS;
+    try {
+      re = RE2JS.compile(pattern, re2Flags(flags));
+    } catch (err) {
+      throw new Error(syntaxProblem(errorMessage(err)), { cause: err });
+    }
+    const size = re.programSize();
+    if (size > MAX_PROGRAM_SIZE) {
+      throw new Error(
+        `pattern too large: ${size} compiled instructions, at most ${MAX_PROGRAM_SIZE} (large counted repetitions such as {100} multiply it): split it into several rules`,
+      );
+    }
+    return new UserRegex(pattern, flags, re);
+  }
+
+  /** The pattern with its flags inline (`(?i)…`): what RE2 elsewhere (the kmsg read thread) compiles to the same program. */
+  get re2Source(): string {
+    const inline = this.flags.replace(/u/g, '');
+    return inline ? `(?${inline})${this.source}` : this.source;
+  }
+
+  /** Instructions in the compiled program (what the matching cost per character grows with). */
+  get programSize(): number {
+    return this.re.programSize();
+  }
+
+  test(s: string): boolean {
+    return this.re.test(s);
+  }
+
+  /**
+   * The first match with its groups (unmatched ones null), or null. The automaton decides first:
+   * only a matching line pays for the slower search that tracks groups.
+   */
+  exec(s: string): RegExpExecArray | null {
+    if (!this.re.test(s)) return null;
+    return this.re.exec(s) as RegExpExecArray | null;
+  }
+
+  /** `s` with its first match replaced by `template`, which takes $1, $<name>, $& and $$ as String.replace does. */
+  replace(s: string, template: string): string {
+    const m = this.exec(s);
+    if (!m) return s;
+    const groups = m.length - 1;
+    const filled = template.replace(/\$(\$|&|<([^>]*)>|\d\d?)/g, (all, what: string, name: string | undefined) => {
+      if (what === '$') return '$';
+      if (what === '&') return m[0];
+      if (name !== undefined) return m.groups ? (m.groups[name] ?? '') : all;
+      // $12 is group 12 when there is one, else group 1 followed by "2".
+      const n = Number(what);
+      if (n >= 1 && n <= groups) return m[n] ?? '';
+      const one = Number(what[0]);
+      if (what.length === 2 && one >= 1 && one <= groups) return (m[one] ?? '') + what[1];
+      return all;
+    });
+    return s.slice(0, m.index) + filled + s.slice(m.index + m[0].length);
+  }
+}
+
+/** A readable reason from an RE2 syntax error, saying what RE2 does not have and why. */
+function syntaxProblem(message: string): string {
+  const text = message.replace(/^error parsing regexp: /, '');
+  const at = /`([^`]*)`/.exec(text)?.[1] ?? '';
+  if (/^\(\?(?:=|!|<=|<!)/.test(at)) {
+    return `lookahead and lookbehind ("(?=", "(?!", "(?<=", "(?<!") are not supported: patterns are RE2 syntax, which matches in linear time and has no lookaround (match the text itself, or use "contains")`;
+  }
+  if (/^\\(?:[1-9]|k)/.test(at)) {
+    return `backreferences ("\\1", "\\k<name>") are not supported: patterns are RE2 syntax, which matches in linear time and has no backreferences`;
+  }
+  return `invalid regular expression (RE2 syntax): ${text}`;
+}
+
+/** Why a pattern cannot be used (invalid RE2 syntax, lookaround, backreference, too large); undefined when it is fine. */
 export function regexProblem(pattern: string, flags = ''): string | undefined {
   try {
-    new RegExp(pattern, flags);
+    UserRegex.compile(pattern, flags);
+    return undefined;
   } catch (err) {
-    return `invalid regular expression: ${errorMessage(err).replace(/^Invalid regular expression: /, '')}`;
-  }
-  if (!REPEATED_GROUP.test(pattern)) return undefined;
-  let ast: { pattern: Regexpp.AST.Pattern; flags: Regexpp.AST.Flags };
-  try {
-    const parser = new (load().regexpp.RegExpParser)();
-    ast = { pattern: parser.parsePattern(pattern, 0, pattern.length, { unicode: flags.includes('u') }), flags: parser.parseFlags(flags) };
-  } catch {
-    // V8 accepted it, so this is syntax the analyser does not know yet; nothing to check against.
-    return undefined;
-  }
-  return nestedQuantifier(ast) ?? overlappingAlternatives(ast, pattern);
-}
-
-function nestedQuantifier(ast: { pattern: Regexpp.AST.Pattern; flags: Regexpp.AST.Flags }): string | undefined {
-  const { reports } = load().scslre.analyse(ast, { reportTypes: { Move: false, Self: true, Trade: true }, assumeRejectingSuffix: true });
-  const r = reports.find((x) => x.exponential);
-  if (!r) return undefined;
-  const where =
-    r.type === 'Self'
-      ? `"${r.quant.raw}" inside "${r.parentQuant.raw}"`
-      : r.type === 'Trade'
-        ? `"${r.startQuant.raw}" and "${r.endQuant.raw}"`
-        : `"${r.quant.raw}"`;
-  return `catastrophic backtracking: nested quantifiers ${where} can take exponential time on a line of repeated "${r.character.pick}" (rewrite it so each character can be matched only one way)`;
-}
-
-function overlappingAlternatives(ast: { pattern: Regexpp.AST.Pattern; flags: Regexpp.AST.Flags }, source: string): string | undefined {
-  const { ENFA, JS, isDisjointWith } = load().refa;
-  let expression: Refa.NoParent<Refa.Node>;
-  let maxCharacter: number;
-  try {
-    ({ expression, maxCharacter } = JS.Parser.fromAst(ast).parse({
-      backreferences: 'disable',
-      assertions: 'ignore',
-      simplify: false,
-      maxNodes: MAX_NODES,
-    }));
-  } catch {
-    return undefined;
-  }
-  const options = { maxCharacter };
-  const nonEmpty = (alts: readonly Refa.NoParent<Refa.Concatenation>[]): Refa.ENFA => {
-    const a = ENFA.fromRegex(alts, options, {}, new ENFA.LimitedNodeFactory(MAX_NODES));
-    a.withoutEmptyWord();
-    return a;
-  };
-  const text = (n: { source?: { start: number; end: number } }) =>
-    n.source ? `"${source.slice(n.source.start, n.source.end)}"` : 'a group';
-
-  /** Whether two alternatives can match one word: each repetition then doubles the ways to match. */
-  const overlap = (alts: readonly Refa.NoParent<Refa.Concatenation>[], tail?: Refa.ENFA): boolean => {
-    const langs = alts.map((a) => {
-      const l = nonEmpty([a]);
-      if (tail) l.append(tail);
-      return l;
-    });
-    for (let i = 0; i < langs.length; i++) {
-      for (let j = i + 1; j < langs.length; j++) if (!isDisjointWith(langs[i], langs[j], MAX_NODES)) return true;
-    }
-    return false;
-  };
-
-  const visit = (node: Refa.NoParent<Refa.Node>, inLoop: boolean): string | undefined => {
-    switch (node.type) {
-      case 'Expression':
-        return first(node.alternatives, (c) => visit(c, inLoop));
-      case 'Concatenation':
-        return first(node.elements, (e) => visit(e, inLoop));
-      case 'Alternation':
-        // Inside a repetition, two alternatives that match the same text double the work per iteration.
-        if (inLoop && node.alternatives.length > 1 && overlap(node.alternatives)) {
-          return `catastrophic backtracking: the alternatives of ${text(node)} overlap inside a repetition, which can take exponential time (make the alternatives match different text)`;
-        }
-        return first(node.alternatives, (c) => visit(c, inLoop));
-      case 'Quantifier': {
-        const loop = node.max > MAX_SAFE_REPEAT;
-        if (loop && node.alternatives.length > 1) {
-          // (A|B)* is ambiguous when some text splits into iterations two ways: A·(A|B)* and B·(A|B)* meet.
-          const rest = nonEmpty(node.alternatives);
-          rest.quantify(0, Infinity);
-          if (overlap(node.alternatives, rest)) {
-            return `catastrophic backtracking: the alternatives of ${text(node)} can split the same text in more than one way, which takes exponential time (make the alternatives match different text)`;
-          }
-        }
-        return first(node.alternatives, (c) => visit(c, inLoop || loop));
-      }
-      default:
-        return undefined;
-    }
-  };
-  try {
-    return visit(expression, false);
-  } catch {
-    // Too large to analyse within MAX_NODES: accept rather than refuse a pattern we cannot judge.
-    return undefined;
+    return errorMessage(err);
   }
 }
 
-function first<T>(items: readonly T[], f: (item: T) => string | undefined): string | undefined {
-  for (const item of items) {
-    const r = f(item);
-    if (r !== undefined) return r;
-  }
-  return undefined;
-}
-
-/** A regular expression given as a string: refused when invalid or prone to catastrophic backtracking. */
+/** A regular expression given as a string (RE2 syntax): refused when RE2 cannot compile it. */
 export const regexString = z.string().superRefine((s, ctx) => {
   const problem = regexProblem(s);
   if (problem) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)}: ${problem}` });

@@ -4,10 +4,11 @@
  */
 import type { Finding } from '../api/types.ts';
 import { ruleReason } from '../catalog/index.ts';
+import { UserRegex } from '../config/regex.ts';
 import { SlidingCounter } from './sliding-counter.ts';
 
 export interface EscalationRule {
-  /** Regex matched against the whole reason; capture groups feed `raise` as $1, $2... */
+  /** Regex (RE2 syntax) matched against the whole reason; capture groups feed `raise` as $1, $2... */
   match: string;
   count: number;
   windowMs: number;
@@ -16,11 +17,12 @@ export interface EscalationRule {
 }
 
 export class Escalator {
-  private readonly compiled: { re: RegExp; rule: EscalationRule }[];
+  private readonly compiled: { re: UserRegex; rule: EscalationRule }[];
   private readonly counters = new Map<string, SlidingCounter>();
 
   constructor(rules: EscalationRule[]) {
-    this.compiled = rules.map((rule) => ({ re: new RegExp(`^(?:${rule.match})$`), rule }));
+    // RE2, like every pattern from configuration: linear time whatever the pattern.
+    this.compiled = rules.map((rule) => ({ re: UserRegex.compile(`^(?:${rule.match})$`), rule }));
   }
 
   /** Returns the escalated findings this one triggers (usually none). */
@@ -35,7 +37,7 @@ export class Escalator {
       if (c.count(f.at) < rule.count) continue;
       this.counters.delete(key); // start over, so one burst raises once
       out.push({
-        reason: ruleReason(f.reason.replace(re, rule.raise)), // named by configuration
+        reason: ruleReason(re.replace(f.reason, rule.raise)), // named by configuration
         message: `${rule.count} x ${f.reason} within ${Math.round(rule.windowMs / 1000)}s on ${f.entity || 'node'}; last: ${f.message}`,
         source: 'engine',
         entity: f.entity,

@@ -39,6 +39,7 @@ import { BundleStore, type KeptBundle } from './store.ts';
 import { uploadFile, type UploadOptions } from './upload.ts';
 import { newDestinationKey, openDestination, tokenMatches, type DestinationKey } from './access.ts';
 import { checkDestination, DestinationRefused, type DestinationPolicy } from './destination.ts';
+import { UserRegex } from '../../config/regex.ts';
 
 /** Event reasons on the Node for automatic captures (not findings: they name what Vigil did). */
 export const EVENT_REASONS = {
@@ -111,7 +112,7 @@ export class DiagnosticsController implements Sink {
   private readonly now: () => number;
   private readonly capture: (opts: CaptureOptions, signal?: AbortSignal) => Promise<CaptureResult>;
   private readonly autoFile: string;
-  private readonly autoMatch: RegExp | undefined;
+  private readonly autoMatch: UserRegex | undefined;
   private lastAutoAt: number | undefined;
   private autoQueued = false;
   private chain: Promise<void> = Promise.resolve();
@@ -175,7 +176,7 @@ export class DiagnosticsController implements Sink {
         registers: r,
       }),
     };
-    this.autoMatch = o.config.autoCapture.match ? new RegExp(o.config.autoCapture.match) : undefined;
+    this.autoMatch = o.config.autoCapture.match ? UserRegex.compile(o.config.autoCapture.match) : undefined;
     this.autoFile = path.join(o.stateDir, 'diagnostics', 'auto-capture.json');
     this.policy = {
       allowedHosts: o.config.upload.allowedHosts,

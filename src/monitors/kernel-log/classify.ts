@@ -24,6 +24,7 @@ import {
   type RuleEnv,
   type RuleHit,
 } from './rules.ts';
+import type { UserRegex } from '../../config/regex.ts';
 import { fillGroups, type UserRule } from './user-rules.ts';
 
 /** What the classifier needs from a line (a KmsgRecord or a parsed LogLine both fit). */
@@ -139,7 +140,7 @@ export class KernelLogClassifier {
    * noise, which the kmsg reader may shed when it falls behind. (An NPD multi-line rule's pattern
    * is tested on the line alone, so its context lines can be shed.)
    */
-  keepPatterns(): RegExp[] {
+  keepPatterns(): (RegExp | UserRegex)[] {
     return [this.prefilter, ...this.userRules.map((r) => r.re), ...this.npd.flatMap((n) => n.config.rules.map((r) => r.re))];
   }
 

@@ -10,14 +10,14 @@
  *    permanent rule's reason); `skipList` substrings drop a line before matching;
  *  - only `"plugin": "kmsg"` files load: rules written for journald or a log file are refused;
  *  - `patternGeneratedMessageSuffix` turns the message into "<log>; <suffix>".
- * Go RE2 syntax is translated to JS (inline flags, \z, \A, (?P<name>), POSIX classes, \Q..\E).
+ * Patterns are Go RE2 syntax, and they run on RE2 (re2js) as they are: linear time, as in NPD.
  */
 import { readFileSync } from 'node:fs';
 import type { ConditionType, Finding, SourceName } from '../../api/types.ts';
 import { CONDITION_TYPES } from '../../api/types.ts';
 import { ruleReason } from '../../catalog/index.ts';
 import { parseDuration } from '../../util/duration.ts';
-import { regexProblem } from '../../config/regex.ts';
+import { UserRegex } from '../../config/regex.ts';
 import { errorMessage } from '../../util/errors.ts';
 
 /** A condition type an NPD file declares, with its healthy reason and message. */
@@ -33,7 +33,7 @@ export interface NpdRule {
   reason: string;
   pattern: string;
   /** Matches a whole buffer, anchored at its end. */
-  re: RegExp;
+  re: UserRegex;
   /** False when the pattern cannot match a newline, so the current line alone decides. */
   multiline: boolean;
   suffix?: string;
@@ -98,7 +98,17 @@ export function goRegexToJs(pattern: string): { source: string; flags: string } 
 
 /** Whether a translated pattern could match "\n" and so needs the joined buffer. */
 function mayMatchNewline(source: string, flags: string): boolean {
-  return flags.includes('s') || /\\[nsWD]|\[\^|\\x0[aA]|\\u000[aA]|\\012|\\c[Jj]|\\[pP]/.test(source);
+  return flags.includes('s') || /\\[nsWD]|\[\^|\\x0[aA]|\\x\{0*[aA]\}|\\u000[aA]|\\012|\\c[Jj]|\\[pP]/.test(source);
+}
+
+/** Whether a Go pattern could match "\n"; true (the joined buffer, always right) when unsure. */
+function goMayMatchNewline(pattern: string): boolean {
+  try {
+    const js = goRegexToJs(pattern);
+    return mayMatchNewline(js.source, js.flags);
+  } catch {
+    return true;
+  }
 }
 
 /** Parses and validates an NPD system-log-monitor JSON text. Throws with file, rule and field named. */
@@ -184,21 +194,14 @@ function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<str
   if (o.type !== 'temporary' && o.type !== 'permanent') throw new Error(`${where}: field "type": expected "temporary" or "permanent"`);
   if (typeof o.reason !== 'string' || o.reason === '') throw new Error(`${where}: field "reason": expected a non-empty string`);
   if (typeof o.pattern !== 'string' || o.pattern === '') throw new Error(`${where}: field "pattern": expected a non-empty string`);
-  let js: { source: string; flags: string };
-  let re: RegExp;
+  let re: UserRegex;
   try {
-    js = goRegexToJs(o.pattern);
-    // An unanchored search for ".*X" matches exactly where "X" does (without the s flag ".*" stays
-    // on one line), and V8, unlike RE2, spends quadratic time on the leading ".*" of a long line.
-    if (!js.flags.includes('s')) js.source = js.source.replace(/^(?:\.\*)+(?![*+?{])/, '');
-    re = new RegExp(`(?:${js.source})(?![\\s\\S])`, js.flags);
+    // NPD matches `pattern + \z` with Go's RE2; so does this, with the same engine's port.
+    re = UserRegex.compile(`(?:${o.pattern})\\z`);
   } catch (err) {
-    throw new Error(`${where}: field "pattern": invalid regular expression: ${errorMessage(err)}`, { cause: err });
+    throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
   }
-  // NPD runs patterns on Go's linear-time engine; V8 backtracks, so exponential ones are refused.
-  const slow = regexProblem(js.source, js.flags);
-  if (slow) throw new Error(`${where}: field "pattern": ${slow}`);
-  const rule: NpdRule = { type: o.type, reason: o.reason, pattern: o.pattern, re, multiline: mayMatchNewline(js.source, js.flags) };
+  const rule: NpdRule = { type: o.type, reason: o.reason, pattern: o.pattern, re, multiline: goMayMatchNewline(o.pattern) };
   if (o.condition !== undefined && o.condition !== '') {
     if (typeof o.condition !== 'string') throw new Error(`${where}: field "condition": expected a string`);
     rule.condition = o.condition;
@@ -241,7 +244,7 @@ export class NpdMatcher {
 
   match(message: string, at: number): Finding[] {
     // Trimmed as NPD's kmsg watcher does, and cut: the kernel's own limit is 1 KiB per record, and
-    // JS regexes, unlike Go's RE2, can take quadratic time on long lines.
+    // the matching cost grows with the line.
     const line = message.trim().slice(0, MAX_LINE);
     if (line === '') return [];
     for (const s of this.config.skipList) if (line.includes(s)) return [];

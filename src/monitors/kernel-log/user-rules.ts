@@ -3,8 +3,8 @@
  *
  *   rules:
  *     - name: mlx5-fatal                 # optional; used in errors and attrs
- *       pattern: 'mlx5_core (?<pci>\S+): .*Fatal'
- *       flags: i                         # optional JS regex flags (i, m, s, u)
+ *       pattern: 'mlx5_core (?<pci>\S+): .*Fatal'   # RE2 syntax (linear time)
+ *       flags: i                         # optional flags (i, m, s, u)
  *       contains: mlx5_core              # optional cheap guard(s) tried before the regex
  *       reason: Mlx5Fatal
  *       severity: Fatal                  # Fatal | Warning | Info
@@ -22,14 +22,15 @@ import { parse as parseYaml } from 'yaml';
 import * as z from 'zod';
 import type { ConditionType, Recovery, RuleReasonName, Severity } from '../../api/types.ts';
 import { lookupReason, ruleReason } from '../../catalog/index.ts';
-import { durationValue, positiveDurationValue, regexProblem } from '../../config/index.ts';
+import { durationValue, positiveDurationValue } from '../../config/index.ts';
+import { UserRegex } from '../../config/regex.ts';
 import { errorMessage } from '../../util/errors.ts';
 
 /** A validated, compiled user rule. */
 export interface UserRule {
   name: string;
   file: string;
-  re: RegExp;
+  re: UserRegex;
   contains?: readonly string[];
   reason: RuleReasonName;
   severity?: Severity;
@@ -103,10 +104,13 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   }
   const d: RawRule = r.data;
   const where = label(d.name);
-  // Refused when invalid or prone to catastrophic backtracking: one bad line must not stall the agent.
-  const problem = regexProblem(d.pattern, d.flags ?? '');
-  if (problem) throw new Error(`${where}: field "pattern": ${problem}`);
-  const re = new RegExp(d.pattern, d.flags ?? '');
+  // RE2: one line costs linear time whatever the pattern, so no rule can stall the agent.
+  let re: UserRegex;
+  try {
+    re = UserRegex.compile(d.pattern, d.flags ?? '');
+  } catch (err) {
+    throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
+  }
   const known = lookupReason(d.reason);
   if (!known && !d.severity) throw new Error(`${where}: field "severity": required because reason ${d.reason} is not in the catalog`);
   if (!known && !d.condition) throw new Error(`${where}: field "condition": required because reason ${d.reason} is not in the catalog`);

@@ -2,6 +2,7 @@
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport, Consecutive } from '../host-check.ts';
 import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from '../../config/index.ts';
+import type { LineTest } from '../../config/regex.ts';
 
 // <linux/if.h>
 export const IFF_UP = 0x1;
@@ -21,7 +22,7 @@ export interface LinkSample {
 
 const IF_REASONS = ['InterfaceNotUp', 'InterfaceNotRunning'] as const;
 
-export function checkInterfaces(links: LinkSample[], streak: Consecutive, excluded: RegExp[], at: number): CheckReport {
+export function checkInterfaces(links: LinkSample[], streak: Consecutive, excluded: readonly LineTest[], at: number): CheckReport {
   const r: CheckReport = { findings: [], healthy: [] };
   if (links.some((l) => l.flags & IFF_LOOPBACK)) {
     r.healthy.push({ reasons: ['MissingLoopbackInterface'], entity: '', source: 'sysfs' });

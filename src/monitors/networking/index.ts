@@ -4,6 +4,7 @@ import { Consecutive, settle, type HostCheck } from '../host-check.ts';
 import { checkDns, checkEna, checkInterfaces, checkRdma, checkSysctl, EnaBuckets } from './checks.ts';
 import type { NetworkingConfig } from '../../config/index.ts';
 import { apiServerHost, lookupHost, readEthtool, readLinks, readRdmaPorts, readSysctl, type LookupFn } from './read.ts';
+import { UserRegex } from '../../config/regex.ts';
 
 export { networkingConfigSchema, type NetworkingConfig } from '../../config/index.ts';
 
@@ -17,7 +18,7 @@ export function networkingChecks(cfg: NetworkingConfig, deps: Partial<Networking
   const exec = deps.exec ?? execBounded;
   const lookup = deps.lookup ?? lookupHost;
   const env = deps.env ?? process.env;
-  const excluded = cfg.excludedInterfaces.map((s) => new RegExp(s));
+  const excluded = cfg.excludedInterfaces.map((s) => UserRegex.compile(s));
   const c = cfg.checks;
   const checks: HostCheck[] = [];
   if (c.interfaces.enabled) {
@@ -57,7 +58,7 @@ export function networkingChecks(cfg: NetworkingConfig, deps: Partial<Networking
   if (c.rdma.enabled) {
     const streak = new Consecutive(cfg.consecutivePolls);
     const prev = new Map<string, Record<string, number>>();
-    const excludedPorts = cfg.rdma.excludedPorts.map((s) => new RegExp(s));
+    const excludedPorts = cfg.rdma.excludedPorts.map((s) => UserRegex.compile(s));
     const counters = Object.keys(cfg.rdma.errorCounters);
     checks.push({
       name: 'networking.rdma',

@@ -6,6 +6,7 @@ import { hostPath } from '../../sources/host/paths.ts';
 import type { ExecFn } from '../../sources/host/exec.ts';
 import { errorCode, errorMessage } from '../../util/errors.ts';
 import { IFF_UP, parseEthtoolStats, type LinkSample, type RdmaPortSample, type SysctlSample } from './checks.ts';
+import type { LineTest } from '../../config/regex.ts';
 
 export function readLinks(root: string): LinkSample[] {
   const links: LinkSample[] = [];
@@ -57,7 +58,7 @@ const ibState = (t: string | undefined) => t?.trim().replace(/^\d+:\s*/, '') || 
 export async function readRdmaPorts(
   root: string,
   counterNames: string[],
-  excluded: RegExp[],
+  excluded: readonly LineTest[],
   signal: AbortSignal,
 ): Promise<RdmaPortSample[]> {
   const out: RdmaPortSample[] = [];

@@ -4,6 +4,7 @@ import type { StatFsSample } from '../../sources/host/statfs.ts';
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport } from '../host-check.ts';
 import type { StorageConfig } from '../../config/index.ts';
+import type { LineTest } from '../../config/regex.ts';
 
 export interface MountEntry {
   mountPoint: string;
@@ -139,7 +140,7 @@ const USER_HZ = 100; // /proc reports clock ticks in USER_HZ, fixed at 100 on Li
 export function checkIoDelays(
   prev: Map<number, { comm: string; ticks: number }>,
   procs: ProcSample[],
-  excluded: RegExp[],
+  excluded: readonly LineTest[],
   cfg: StorageConfig,
   at: number,
 ): CheckReport {

@@ -4,6 +4,7 @@ import { settle, type HostCheck } from '../host-check.ts';
 import { checkDiskLatency, checkFilesystems, checkIoDelays, type DiskCounters } from './checks.ts';
 import type { StorageConfig } from '../../config/index.ts';
 import { blockDevices, delayAcctEnabled, readDiskstats, readFilesystems, type StatfsFn } from './read.ts';
+import { UserRegex } from '../../config/regex.ts';
 
 export { storageConfigSchema, type StorageConfig } from '../../config/index.ts';
 export type { StatfsFn } from './read.ts';
@@ -20,7 +21,7 @@ export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = 
     });
   }
   if (c.diskstats.enabled) {
-    const excluded = cfg.excludedDevices.map((s) => new RegExp(s));
+    const excluded = cfg.excludedDevices.map((s) => UserRegex.compile(s));
     let prev: Map<string, DiskCounters> | undefined;
     checks.push({
       name: 'storage.diskstats',
@@ -36,7 +37,7 @@ export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = 
     });
   }
   if (c.iodelay.enabled) {
-    const excluded = cfg.excludedProcesses.map((s) => new RegExp(s));
+    const excluded = cfg.excludedProcesses.map((s) => UserRegex.compile(s));
     const prev = new Map<number, { comm: string; ticks: number }>();
     checks.push({
       name: 'storage.iodelay',

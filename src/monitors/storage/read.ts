@@ -3,6 +3,7 @@ import { exists, listDir, readNumber, readProcFile } from '../../sources/host/re
 import { hostPath } from '../../sources/host/paths.ts';
 import { statfs as realStatfs, type StatFsSample } from '../../sources/host/statfs.ts';
 import { mountFor, parseDiskstats, parseMountinfo, type DiskCounters, type FilesystemSample, type MountEntry } from './checks.ts';
+import type { LineTest } from '../../config/regex.ts';
 
 export type StatfsFn = (file: string, timeoutMs: number, signal?: AbortSignal) => Promise<StatFsSample>;
 
@@ -52,7 +53,7 @@ export function readDiskstats(root: string): Map<string, DiskCounters> | undefin
 }
 
 /** Whole disks (/sys/block lists no partitions), minus excluded ones. */
-export function blockDevices(root: string, excluded: RegExp[]): string[] {
+export function blockDevices(root: string, excluded: readonly LineTest[]): string[] {
   return listDir(root, '/sys/block').filter((d) => !excluded.some((re) => re.test(d)));
 }
 

@@ -26,8 +26,18 @@
  * `safetyMs` so a forgotten close() delays exit by at most that long.
  */
 import { closeSync, writeSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { libc, pollWorkerLibc } from '../../native/index.ts';
+
+/**
+ * A pattern that keeps a record from being shed: a built-in RegExp, or a configured pattern in RE2
+ * syntax (flags inline), which the thread runs on RE2 too, so no pattern can stall it.
+ */
+export type KeepPattern = RegExp | { readonly re2Source: string };
+
+/** DFA memory per configured keep pattern in the thread (its heap is 16 MiB); past it RE2 steps without a cache. */
+const KEEP_RE2_MAX_MEM = 256 * 1024;
 
 /** In kernel order: a string is a record's raw text, a number the seq of a record shed under load. */
 export type ReadItem = string | number;
@@ -76,7 +86,16 @@ const koffi = require(d.libc.koffiPath);
 const poll = koffi.load(d.libc.soname).func(d.libc.poll);
 const POLLIN = 0x1, POLLNVAL = 0x20, EINTR = 4;
 const shared = new Int32Array(d.shared);
-const keep = d.keep.map((k) => new RegExp(k.source, k.flags.replace(/[gy]/g, '')));
+const keep = d.keep.filter((k) => k.re2 === undefined).map((k) => new RegExp(k.source, k.flags.replace(/[gy]/g, '')));
+// Configured patterns: RE2 (re2js), linear time. A one-pattern RE2Set takes a DFA memory bound.
+const re2Keep = d.keep.filter((k) => k.re2 !== undefined);
+const RE2Set = re2Keep.length ? require(d.re2jsPath).RE2Set : undefined;
+const keepRe2 = re2Keep.map((k) => {
+  const set = new RE2Set(RE2Set.UNANCHORED, 0, ${KEEP_RE2_MAX_MEM});
+  set.add(k.re2);
+  set.compile();
+  return set;
+});
 const buf = Buffer.alloc(16 * 1024); // the kernel refuses (EINVAL) a buffer smaller than one record
 const fds = Buffer.alloc(16); // struct pollfd { int fd; short events; short revents; } x 2
 let posted = 0, postedChars = 0, lastPostCaughtUp = false;
@@ -101,6 +120,7 @@ function seqOf(t) {
 function matters(t) {
   const msg = t.slice(t.indexOf(';') + 1);
   for (const re of keep) if (re.test(msg)) return true;
+  for (const set of keepRe2) if (set.match(msg).length) return true;
   return false;
 }
 if (d.paused) {
@@ -186,7 +206,7 @@ export class ReadThread {
   constructor(
     fd: number,
     private readonly h: ReadThreadHandlers,
-    opts: { keep?: readonly RegExp[]; limits?: ReadThreadLimits; safetyMs?: number; paused?: boolean } = {},
+    opts: { keep?: readonly KeepPattern[]; limits?: ReadThreadLimits; safetyMs?: number; paused?: boolean } = {},
   ) {
     const c = libc();
     this.wakeFd = c.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -199,7 +219,8 @@ export class ReadThread {
           fd,
           wakeFd: this.wakeFd,
           shared: this.shared.buffer,
-          keep: (opts.keep ?? []).map((re) => ({ source: re.source, flags: re.flags })),
+          keep: (opts.keep ?? []).map((re) => (re instanceof RegExp ? { source: re.source, flags: re.flags } : { re2: re.re2Source })),
+          re2jsPath: createRequire(import.meta.url).resolve('re2js'),
           limits: opts.limits ?? DEFAULT_READ_LIMITS,
           safetyMs: opts.safetyMs ?? 10_000,
           paused: opts.paused ?? false,

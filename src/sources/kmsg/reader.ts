@@ -31,7 +31,7 @@ import { Counter, type Registry } from 'prom-client';
 import { readBootId } from '../../util/boot-id.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
-import { ReadThread, type ReadItem, type ReadThreadLimits } from './read-thread.ts';
+import { ReadThread, type KeepPattern, type ReadItem, type ReadThreadLimits } from './read-thread.ts';
 import { IntervalWaiter, PollWaiter, type PollWake } from './wait.ts';
 
 /** Where the reader is: persisted by the state store so a restart neither replays nor skips. */
@@ -70,7 +70,7 @@ export interface KmsgReaderOptions {
    * Records that can raise a finding match one of these; only records that match none are shed
    * when the main thread falls behind. Without patterns nothing is shed (reading pauses at the bound).
    */
-  keep?: readonly RegExp[];
+  keep?: readonly KeepPattern[];
   /** The read thread's queue bounds (test seam; defaults in read-thread.ts). */
   limits?: ReadThreadLimits;
   registry?: Registry;
