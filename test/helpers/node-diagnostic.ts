@@ -14,6 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import { waitFor, type TestCluster } from './cluster.ts';
+import { newToken, sealDestination, tokenSHA256 } from '../../src/diagnostics/node-diagnostic/access.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CRD_YAML = path.join(ROOT, 'deploy/crds/nodediagnostic.yaml');
@@ -46,6 +47,7 @@ export interface NodeDiagnosticObject {
     keptOnNode?: boolean;
     errors?: string[];
     observedUID?: string;
+    destinationKey?: string;
     startTime?: string;
     completionTime?: string;
     manifest?: { categories?: string[]; collectors?: number; failedCollectors?: number; totalBytes?: number };
@@ -66,12 +68,48 @@ export function nodeDiagnostics(kubeconfig: string) {
     get: (name: string) => api.getClusterCustomObject({ ...base, name }) as Promise<NodeDiagnosticObject>,
     list: async () => ((await api.listClusterCustomObject(base)) as { items: NodeDiagnosticObject[] }).items,
     delete: (name: string) => api.deleteClusterCustomObject({ ...base, name }),
+    patchSpec: (name: string, spec: Record<string, unknown>) =>
+      api.patchClusterCustomObject({ ...base, name, body: { spec } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch)),
     patchStatus: (name: string, status: Record<string, unknown>) =>
       api.patchClusterCustomObjectStatus(
         { ...base, name, body: { status } },
         k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
       ),
   };
+}
+
+/** What `vigil logs` does for one node: a NodeDiagnostic with its token's hash; the token is returned. */
+export async function requestKept(
+  kubeconfig: string,
+  node: string,
+  spec: Record<string, unknown> = {},
+): Promise<{ token: string; created: NodeDiagnosticObject }> {
+  const token = newToken();
+  const created = await nodeDiagnostics(kubeconfig).create(node, { delivery: 'node', ...spec, tokenSHA256: tokenSHA256(token) });
+  return { token, created };
+}
+
+/** An upload request as `vigil logs --upload-url` makes it: the URL sealed to the key the agent publishes. */
+export async function requestUpload(
+  kubeconfig: string,
+  node: string,
+  url: string,
+  spec: Record<string, unknown> = {},
+): Promise<{ token: string; created: NodeDiagnosticObject }> {
+  const nd = nodeDiagnostics(kubeconfig);
+  const r = await requestKept(kubeconfig, node, { ...spec, delivery: 'upload' });
+  const uid = r.created.metadata!.uid!;
+  const key = await waitFor(
+    `${node}: the agent's destinationKey`,
+    async () => {
+      const o = await nd.get(node);
+      return o.status?.observedUID === uid && o.status.destinationKey;
+    },
+    60_000,
+    100,
+  );
+  await nd.patchSpec(node, { sealedDestination: sealDestination(key, uid, url) });
+  return r;
 }
 
 export interface PutServer {
@@ -146,12 +184,23 @@ export async function pointNodeAtThisMachine(cluster: TestCluster, node: string)
   return address;
 }
 
-/** GET an API server path into a file with a kubeconfig's credentials; returns the HTTP status. */
-export async function apiGetToFile(kubeconfig: string, apiPath: string, file: string): Promise<number> {
+/** GET an API server path into a file with a kubeconfig's credentials (and extra headers); returns the HTTP status. */
+export async function apiGetToFile(
+  kubeconfig: string,
+  apiPath: string,
+  file: string,
+  headers: Record<string, string> = {},
+): Promise<number> {
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(kubeconfig);
   const server = new URL(kc.getCurrentCluster()!.server);
-  const opts: https.RequestOptions = { method: 'GET', hostname: server.hostname, port: server.port, path: apiPath, headers: {} };
+  const opts: https.RequestOptions = {
+    method: 'GET',
+    hostname: server.hostname,
+    port: server.port,
+    path: apiPath,
+    headers: { ...headers },
+  };
   await kc.applyToHTTPSOptions(opts);
   return new Promise<number>((resolve, reject) => {
     const req = https.request(opts, (res) => {

@@ -1,12 +1,16 @@
 /**
  * NodeDiagnostic on real parts: the real `vigil run` process with a token bound to a pod on its
  * node, the CRD, RBAC and admission policy from deploy/ on a real kube-apiserver, uploads by HTTP
- * PUT to a local server, node delivery fetched through the API server's node proxy, and the
- * automatic capture on a Fatal record written to the real /dev/kmsg.
+ * PUT to a local server (allowed by diagnostics.upload.allowedHosts: loopback is refused
+ * otherwise), the destination sealed to the agent's key, node delivery fetched with the request's
+ * token through the API server's node proxy, another node's pod-bound token reading what it can,
+ * and the automatic capture on a Fatal record written to the real /dev/kmsg.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
@@ -18,6 +22,8 @@ import {
   installCrd,
   nodeDiagnostics,
   pointNodeAtThisMachine,
+  requestKept,
+  requestUpload,
   startPutServer,
   tarRead,
   type NodeDiagnosticObject,
@@ -50,9 +56,19 @@ async function agentFor(
   stateDir = path.join(dir, `state-${node}`),
   userRules?: string,
   env: NodeJS.ProcessEnv = {},
+  upload = ['  upload: {allowedHosts: ["127.0.0.1"], allowHttp: true}'],
 ): Promise<AgentProcess> {
   const config = path.join(dir, `${node}.yaml`);
-  const text = kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms', 'diagnostics:', '  uploadAttempts: 2', ...extra]);
+  const text = kernelLogOnlyConfig([
+    'kubernetes:',
+    '  mode: "on"',
+    '  coalesce: 100ms',
+    'diagnostics:',
+    '  uploadAttempts: 2',
+    // The test's "bucket" is on loopback: allowed here as an operator would allow a host.
+    ...upload,
+    ...extra,
+  ]);
   writeFileSync(config, userRules ? text.replace('kernelLog:\n', `kernelLog:\n  userRules: [${JSON.stringify(userRules)}]\n`) : text);
   const kubeconfig = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode(node), `agent-${node}`);
   const agent = await startAgent(
@@ -102,7 +118,7 @@ function uploadedBundle(key: string, done: NodeDiagnosticObject) {
 }
 
 test(
-  'a NodeDiagnostic for the agent node is captured and uploaded by HTTP PUT; one for another node is ignored',
+  'a NodeDiagnostic for the agent node is captured and uploaded by HTTP PUT to its sealed destination; another node reading every NodeDiagnostic with its own token finds no destination; one for another node is ignored',
   { timeout: 300_000 },
   async () => {
     const node = 'ndiag-a';
@@ -114,8 +130,10 @@ test(
       const nd = nodeDiagnostics(cluster.adminKubeconfig);
       // A presigned URL carries its signature in the query string: it must not be echoed anywhere.
       const secret = `sig-${Math.random().toString(36).slice(2)}`;
-      const other = await nd.create('ndiag-other', { categories: ['kernel'], delivery: `${put.url}/other.tar.gz` });
-      const created = await nd.create(node, { categories: ['kernel', 'vigil'], delivery: `${put.url}/a.tar.gz?X-Amz-Signature=${secret}` });
+      const { created: other } = await requestKept(cluster.adminKubeconfig, 'ndiag-other', { categories: ['kernel'] });
+      const { created, token } = await requestUpload(cluster.adminKubeconfig, node, `${put.url}/a.tar.gz?X-Amz-Signature=${secret}`, {
+        categories: ['kernel', 'vigil'],
+      });
 
       const done = await finished(node);
       assert.equal(done.status?.phase, 'Succeeded', JSON.stringify(done.status));
@@ -124,7 +142,23 @@ test(
       assert.ok(done.status?.startTime && done.status.completionTime);
       const { upload, manifest, entries } = uploadedBundle(`/a.tar.gz?X-Amz-Signature=${secret}`, done);
       assert.equal(upload.contentLength, upload.bytes, 'sent with a Content-Length (presigned S3 PUTs need one)');
-      assert.equal(done.status?.location, `${put.url}/a.tar.gz?…`);
+      assert.equal(done.status?.location, undefined, 'the status names no destination');
+
+      // Another node's agent (its pod-bound token) reads every NodeDiagnostic, as RBAC lets it:
+      // no URL, no part of it, no token; only a hash and a sealed blob.
+      await cluster.createNode('ndiag-snoop');
+      const snoop = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode('ndiag-snoop'), 'snoop');
+      const seen = JSON.stringify(await nodeDiagnostics(snoop).list());
+      assert.ok(seen.includes(created.metadata!.uid!), 'it did read this node’s NodeDiagnostic');
+      for (const part of [secret, put.url, new URL(put.url).port, 'a.tar.gz', token]) assert.ok(!seen.includes(part), `no ${part}`);
+      // Nor can it swap this node's key for its own: the status is this node's agent's alone.
+      const swap = await nodeDiagnostics(snoop)
+        .patchStatus(node, { destinationKey: 'x' })
+        .then(
+          () => 200,
+          (e: unknown) => (e instanceof k8s.ApiException ? e.code : -1),
+        );
+      assert.equal(swap, 403, 'another node may not write this node’s status');
 
       assert.deepEqual([...manifest.categories].sort(), ['kernel', 'vigil']);
       assert.equal(manifest.node, node);
@@ -190,10 +224,7 @@ test(
     });
     try {
       await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
-      await nodeDiagnostics(cluster.adminKubeconfig).create(node, {
-        categories: ['kernel', 'vigil'],
-        delivery: `${put.url}/hang-${t}.tar.gz`,
-      });
+      await requestUpload(cluster.adminKubeconfig, node, `${put.url}/hang-${t}.tar.gz`, { categories: ['kernel', 'vigil'] });
       const done = await finished(node);
       assert.equal(done.status?.phase, 'Succeeded', JSON.stringify(done.status));
       assert.equal(done.status?.manifest?.failedCollectors, 1, JSON.stringify(done.status?.manifest));
@@ -233,7 +264,7 @@ test(
 );
 
 test(
-  'an unreachable upload URL ends Failed, saying so, with the bundle kept on the node and served through the node proxy',
+  'an unreachable upload URL ends Failed, saying so, with the bundle kept on the node and served through the node proxy only to its token (none: 401, another: 403)',
   { timeout: 300_000 },
   async () => {
     const node = 'ndiag-fail';
@@ -243,13 +274,13 @@ test(
     const agent = await agentFor(node);
     try {
       await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
-      const nd = nodeDiagnostics(cluster.adminKubeconfig);
       // Port 1 on loopback: connection refused at once, on every attempt.
-      await nd.create(node, { categories: ['kernel'], delivery: 'http://127.0.0.1:1/bundle.tar.gz' });
+      const { token } = await requestUpload(cluster.adminKubeconfig, node, 'http://127.0.0.1:1/bundle.tar.gz', { categories: ['kernel'] });
       const done = await finished(node);
       assert.equal(done.status?.phase, 'Failed', JSON.stringify(done.status));
-      assert.match(done.status?.message ?? '', /upload to http:\/\/127\.0\.0\.1:1\/bundle\.tar\.gz failed after 2 attempt\(s\)/);
+      assert.match(done.status?.message ?? '', /upload to the upload destination failed after 2 attempt\(s\)/);
       assert.match(done.status?.message ?? '', /ECONNREFUSED/);
+      assert.ok(!JSON.stringify(done.status).includes('127.0.0.1:1'), 'the status names no destination');
       assert.match(done.status?.message ?? '', /kept on the node/);
       assert.equal(done.status?.keptOnNode, true);
       assert.ok(
@@ -265,19 +296,101 @@ test(
       assert.ok(existsSync(onDisk), 'the bundle is kept under the state directory');
       assert.equal(statSync(onDisk).size, done.status?.bytes);
 
-      // Fetched through the real API server: nodes/proxy to the Node's address and the agent's port.
+      // Fetched through the real API server: nodes/proxy to the Node's address and the agent's
+      // port, the token in X-Vigil-Token (the proxy forwards it).
       const fetched = path.join(dir, 'fetched.tar.gz');
-      assert.equal(await apiGetToFile(cluster.adminKubeconfig, location, fetched), 200);
+      assert.equal(await apiGetToFile(cluster.adminKubeconfig, location, fetched, { 'X-Vigil-Token': token }), 200);
       assert.deepEqual(readFileSync(fetched), readFileSync(onDisk));
       assert.deepEqual(bundleManifest(fetched).manifest.categories, ['kernel']);
-      // Only bundles the agent made are served: no other name, no path out of its folder.
+      // Without the token, through the proxy or straight to the node's port: 401; another token: 403.
+      const denied = path.join(dir, 'denied.tar.gz');
+      assert.equal(await apiGetToFile(cluster.adminKubeconfig, location, denied), 401);
+      assert.equal(await apiGetToFile(cluster.adminKubeconfig, location, denied, { 'X-Vigil-Token': 'x'.repeat(43) }), 403);
+      const direct = `http://127.0.0.1:${agent.port}/diagnostics/${m[2]}`;
+      for (const [headers, code] of [
+        [{}, 401],
+        [{ 'X-Vigil-Token': 'wrong' }, 403],
+        [{ Authorization: `Bearer ${token}` }, 401],
+      ] as const) {
+        const res = await fetch(direct, { headers });
+        assert.ok(!Buffer.from(await res.arrayBuffer()).includes(Buffer.from('manifest.json')), 'no bundle bytes');
+        assert.equal(res.status, code, JSON.stringify(headers));
+      }
+      // The token grants its bundle only: no other name, no path out of its folder.
       for (const bad of ['x.tar.gz', '..%2F..%2Fstate.json', encodeURIComponent(m[2]).replace('.tar.gz', '.tar')]) {
-        const res = await fetch(`http://127.0.0.1:${agent.port}/diagnostics/${bad}`);
+        const res = await fetch(`http://127.0.0.1:${agent.port}/diagnostics/${bad}`, { headers: { 'X-Vigil-Token': token } });
         await res.arrayBuffer();
-        assert.equal(res.status, 404, bad);
+        assert.equal(res.status, 403, bad);
       }
     } finally {
       await stopAgent(agent);
+    }
+  },
+);
+
+/** A loopback listener that counts connections and answers 403 with a secret in the body. */
+async function secretKeeper(secret: string): Promise<{ url: string; connections: () => number; close: () => Promise<void> }> {
+  let n = 0;
+  const s = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(403, { 'content-type': 'text/plain' }).end(`<Error>AccessDenied; token=${secret}</Error>`));
+  });
+  s.on('connection', () => n++);
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(s.address() as AddressInfo).port}`,
+    connections: () => n,
+    close: () => new Promise<void>((r) => (s.closeAllConnections(), s.close(() => r()))),
+  };
+}
+
+test(
+  'an upload destination on loopback, link-local, private or unique-local addresses is refused before any capture and nothing is sent; allowed, a 403 body with a secret never reaches the status',
+  { timeout: 300_000 },
+  async () => {
+    const node = 'ndiag-ssrf';
+    await cluster.createNode(node);
+    const secret = `tok-${Math.random().toString(36).slice(2)}`;
+    const keeper = await secretKeeper(secret);
+    const nd = nodeDiagnostics(cluster.adminKubeconfig);
+    // https only and no allowed host: the defaults (http allowed here so that the address is what is refused).
+    let agent = await agentFor(node, [], undefined, undefined, {}, ['  upload: {allowHttp: true}']);
+    try {
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      const cases: [string, string][] = [
+        [`${keeper.url}/b.tar.gz`, 'a loopback'],
+        ['http://169.254.169.254/latest/meta-data/iam/', 'a link-local'],
+        ['http://10.0.0.1/b.tar.gz', 'a private'],
+        ['http://[fc00::1]/b.tar.gz', 'a unique-local'],
+      ];
+      for (const [url, kind] of cases) {
+        await requestUpload(cluster.adminKubeconfig, node, url, { categories: ['kernel'] });
+        const done = await finished(node);
+        assert.equal(done.status?.phase, 'Failed', JSON.stringify(done.status));
+        assert.equal(
+          done.status?.message,
+          `upload refused: the upload destination is ${kind} address (diagnostics.upload.allowedHosts lists hosts allowed anyway)`,
+        );
+        assert.equal(done.status?.startTime, undefined, 'refused before any capture');
+        await nd.delete(node);
+        await waitFor('deleted', async () => !(await nd.list()).some((o) => o.metadata?.name === node));
+      }
+      assert.equal(keeper.connections(), 0, 'the loopback server saw no connection');
+      await stopAgent(agent);
+
+      // The same server allowed (as a test bucket would be): its 403 and the secret in its body.
+      agent = await agentFor(node, [], undefined, undefined, {}, ['  upload: {allowedHosts: ["127.0.0.1"], allowHttp: true}']);
+      await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      await requestUpload(cluster.adminKubeconfig, node, `${keeper.url}/b.tar.gz`, { categories: ['kernel'] });
+      const done = await finished(node);
+      assert.equal(done.status?.phase, 'Failed', JSON.stringify(done.status));
+      assert.ok(keeper.connections() >= 1, 'the allowed host was reached');
+      assert.match(done.status?.message ?? '', /\(attempt 1: HTTP 403 from the upload destination\)/);
+      assert.ok(!JSON.stringify(done.status).includes(secret), 'the body is not in the status');
+      assert.ok(!agent.lines.some((l) => JSON.stringify(l).includes(secret)), 'nor in the log');
+    } finally {
+      if (agents.has(agent)) await stopAgent(agent);
+      await keeper.close();
     }
   },
 );
