@@ -5,10 +5,16 @@
  *
  * One agent per directory: the store takes an exclusive flock(2) on `<dir>/vigil.lock` before it
  * reads anything and holds it until close(); a second agent is refused with the holder's pid.
+ * A lock on a deleted file locks nothing, so before every write (and every `checkMs` while idle)
+ * the store checks that its lock is still on the file at that path: if the directory was deleted
+ * or replaced, it takes the lock of the new one, or, if another agent holds that, writes nothing
+ * and reports it (the write fails as below) until that agent is gone. Two agents never both write.
  *
  * A failed write (read-only or full disk, directory deleted, state.json made a directory) is
  * counted, reported through `onHealth` and retried with exponential backoff until it succeeds;
  * `onSaved` fires only after a write succeeded, so the caller never takes unsaved state for saved.
+ * A disk that is full or broken at start does not stop the agent: the lock (if its file cannot be
+ * made) and the boot-id file are taken and written with the first write that succeeds.
  *
  * Lost state on the same boot: `<dir>/boot-id` records the boot of the run that owns the
  * directory, written at load() before any state. When state.json is then missing or unreadable
@@ -63,6 +69,8 @@ export interface StateStoreOptions {
   delayMs?: number;
   /** Backoff of failed writes: the first retry after `firstMs`, doubling up to `maxMs` (default 1 s to 60 s). */
   retry?: { firstMs: number; maxMs: number };
+  /** How often an idle store checks that its directory and lock are still there (default 5 s; 0: only before writes). */
+  checkMs?: number;
   /** Where vigil_state_write_failures_total is registered. */
   registry?: Registry;
   /** 'ok' at load(), after the first good write and after a recovery; 'failed' after each failed write (cause and next try). */
@@ -107,25 +115,44 @@ export class StateStore {
   private timer: NodeJS.Timeout | undefined;
   /** How long the last write took: the next waits at least 10 times that, so saving a large state stays a small share of the time. */
   private lastWriteMs = 0;
+  /** The held lock's file; undefined while not held (not yet taken at start, or another agent took the directory). */
   private lockFd: number | undefined;
+  private closed = false;
+  private loaded = false;
+  private checkTimer: NodeJS.Timeout | undefined;
+  /** This pid is not in the lock file yet (its write failed: a full disk). */
+  private pidPending = false;
   private lastError: unknown;
   /** Failed writes in a row (0 after a success). */
   private streak = 0;
   private saved = false;
   private bootIdPending = false;
-  /** A write failed with ENOENT: the directory is gone and must be made (and locked) again. */
-  private dirGone = false;
+  /** Why the directory or its lock could not be had at start (a full or read-only disk); retried by flush(). */
+  private startError: unknown;
 
-  /** Creates the directory and takes its lock; throws StateDirLockedError when another agent holds it. */
+  /**
+   * Creates the directory and takes its lock; throws StateDirLockedError when another agent holds
+   * it. Any other failure (a full or read-only disk) is reported by load() and retried by flush().
+   */
   constructor(dir: string, opts: StateStoreOptions) {
     this.dir = dir;
     this.opts = opts;
     this.file = path.join(dir, 'state.json');
     this.lockFile = path.join(dir, LOCK_FILE);
     this.bootIdFile = path.join(dir, BOOT_ID_FILE);
-    mkdirSync(dir, { recursive: true });
-    this.lockFd = this.lock();
     this.failures = failureCounter(opts.registry);
+    try {
+      mkdirSync(dir, { recursive: true });
+      this.lockFd = this.lock();
+    } catch (err) {
+      if (err instanceof StateDirLockedError) throw err;
+      this.startError = err;
+    }
+    const checkMs = opts.checkMs ?? 5000;
+    if (checkMs > 0) {
+      this.checkTimer = setInterval(() => this.check(), checkMs);
+      this.checkTimer.unref();
+    }
   }
 
   /**
@@ -133,15 +160,22 @@ export class StateStore {
    * aside. Records this boot in `<dir>/boot-id` (after reading the previous one).
    */
   load(): LoadResult {
+    this.loaded = true;
     const previousBoot = readText(this.bootIdFile)?.trim();
     this.bootIdPending = true;
-    try {
-      this.writeBootId();
-    } catch {
-      /* flush() tries again, and a failure there is reported */
+    if (this.startError === undefined) {
+      try {
+        this.writeBootId();
+      } catch (err) {
+        this.lastError = err; // reported below, and retried
+      }
     }
     const result = this.read();
-    this.opts.onHealth?.('ok', `state is kept in ${this.file}`);
+    if (this.startError !== undefined || this.bootIdPending) {
+      // Detection runs on; the state is saved once the disk takes it again.
+      this.failed(this.startError ?? this.lastError ?? new Error('cannot write the boot-id file'));
+      this.startError = undefined;
+    } else this.opts.onHealth?.('ok', `state is kept in ${this.file}`);
     if (result.state || previousBoot !== this.opts.bootId) return result;
     const why = result.warning ?? `${this.file} is missing`;
     return {
@@ -176,7 +210,7 @@ export class StateStore {
 
   /** Coalesces bursts of changes into one write shortly after; while a failed write waits for its retry, the retry covers it. */
   schedule(): void {
-    if (this.timer || this.lockFd === undefined) return;
+    if (this.timer || this.closed) return;
     const delay = Math.max(this.opts.delayMs ?? 100, Math.min(10 * this.lastWriteMs, 10_000));
     this.timer = setTimeout(() => {
       this.timer = undefined;
@@ -191,9 +225,9 @@ export class StateStore {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
-    if (this.lockFd === undefined) return false;
+    if (this.closed) return false;
     try {
-      if (this.dirGone) this.recreateDir();
+      this.ensureLock();
       if (this.bootIdPending) this.writeBootId();
       const t0 = performance.now();
       writeAtomic(this.file, JSON.stringify(this.opts.collect()));
@@ -217,6 +251,9 @@ export class StateStore {
   close(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    if (this.checkTimer) clearInterval(this.checkTimer);
+    this.checkTimer = undefined;
+    this.closed = true;
     if (this.lockFd === undefined) return;
     try {
       closeSync(this.lockFd);
@@ -232,8 +269,8 @@ export class StateStore {
   }
 
   private failed(err: unknown): void {
+    if (this.timer) clearTimeout(this.timer);
     this.lastError = err;
-    if (errorCode(err) === 'ENOENT') this.dirGone = true;
     this.streak++;
     this.failures.inc();
     const { firstMs, maxMs } = this.opts.retry ?? { firstMs: 1000, maxMs: 60_000 };
@@ -250,19 +287,30 @@ export class StateStore {
   }
 
   /**
-   * The directory was deleted under us: make it again, with a new boot-id file and a new lock.
-   * The old lock is on a deleted file, so another agent may have started here meanwhile; if it
-   * holds the new lock, this agent stops writing rather than fight it (the error says so).
+   * Makes sure this store holds the lock of the directory at `dir` now; throws (the write fails)
+   * when it cannot. The directory may have been deleted or replaced since the lock was taken: the
+   * old lock is then on a deleted file and another agent may have started here meanwhile; if it
+   * holds the new lock, this agent writes nothing rather than fight it (StateDirLockedError says so).
    */
-  private recreateDir(): void {
-    mkdirSync(this.dir, { recursive: true });
-    if (this.lockFd !== undefined && !sameFile(this.lockFd, this.lockFile)) {
-      const fd = this.lock();
-      closeSync(this.lockFd);
-      this.lockFd = fd;
+  private ensureLock(): void {
+    if (this.lockFd !== undefined && sameFile(this.lockFd, this.lockFile)) {
+      if (this.pidPending) this.writePid(this.lockFd);
+      return;
     }
-    this.bootIdPending = true;
-    this.dirGone = false;
+    mkdirSync(this.dir, { recursive: true });
+    const fd = this.lock();
+    if (this.lockFd !== undefined) {
+      closeSync(this.lockFd);
+      // A new directory: its boot-id file is written again before the state.
+      this.bootIdPending = true;
+    }
+    this.lockFd = fd;
+  }
+
+  /** The idle check: a directory deleted or taken over is noticed (and made again) before the next change. */
+  private check(): void {
+    if (!this.loaded || this.closed || this.timer || (this.lockFd !== undefined && sameFile(this.lockFd, this.lockFile))) return;
+    this.flush();
   }
 
   private writeBootId(): void {
@@ -286,12 +334,22 @@ export class StateStore {
         }
         throw new Error(`cannot lock ${this.lockFile}: flock failed with errno ${errno}`);
       }
-      ftruncateSync(fd, 0);
-      writeSync(fd, `${process.pid}\n`, 0);
+      this.writePid(fd);
       return fd;
     } catch (err) {
       closeSync(fd);
       throw err;
+    }
+  }
+
+  /** The pid in the lock file only names the holder for a refused agent: a full disk must not fail the lock. */
+  private writePid(fd: number): void {
+    try {
+      ftruncateSync(fd, 0);
+      writeSync(fd, `${process.pid}\n`, 0);
+      this.pidPending = false;
+    } catch {
+      this.pidPending = true;
     }
   }
 }

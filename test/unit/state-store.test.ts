@@ -125,17 +125,47 @@ test('schedule() during a backoff waits for the retry instead of writing sooner'
   assert.equal(await s.failures(), 1);
 });
 
-test('a deleted state directory is made again, with its boot-id file and a lock of its own', async (t) => {
+test('a deleted state directory is made again at the next write, with its boot-id file and a lock of its own', (t) => {
   const dir = tempDir(t);
   const s = open(t, dir);
   s.store.load();
   assert.ok(s.store.flush());
   rmSync(dir, { recursive: true });
-  assert.equal(s.store.flush(), false);
-  assert.match(s.health.at(-1)!.message, /ENOENT/);
-  await until(() => s.saves() === 2, 'the directory is made again and written');
+  assert.ok(s.store.flush(), 'the write checks the lock first and makes the directory again');
   assert.equal(readFileSync(path.join(dir, 'boot-id'), 'utf8').trim(), BOOT);
   assert.throws(() => open(t, dir), StateDirLockedError, 'the new lock file is held');
+});
+
+test('a deleted state directory is made again while idle, so an agent started later is refused', async (t) => {
+  const dir = tempDir(t);
+  const s = open(t, dir, { checkMs: 20 });
+  s.store.load();
+  assert.ok(s.store.flush());
+  rmSync(dir, { recursive: true });
+  await until(() => existsSync(path.join(dir, 'state.json')), 'the idle check makes the directory again');
+  assert.throws(() => open(t, dir), StateDirLockedError);
+});
+
+test('a directory deleted and taken by a second store: the first writes nothing, names the holder, and takes it back once free', async (t) => {
+  const dir = tempDir(t);
+  const first = open(t, dir, { checkMs: 0 });
+  first.store.load();
+  assert.ok(first.store.flush());
+  rmSync(dir, { recursive: true });
+  // The second starts before the first's next write: the directory is new, its lock free.
+  const second = open(t, dir, { collect: () => ({ version: 1, kmsgCursor: { bootId: 'second', seq: 1 } }) });
+  second.store.load();
+  assert.ok(second.store.flush());
+  const seconds = readFileSync(second.store.file, 'utf8');
+
+  assert.equal(first.store.flush(), false, 'the first does not write');
+  assert.equal(readFileSync(second.store.file, 'utf8'), seconds, "the second's state.json is untouched");
+  assert.match(first.health.at(-1)!.message, new RegExp(`in use by another Vigil agent \\(pid ${process.pid}`));
+  assert.equal(first.health.at(-1)!.state, 'failed');
+
+  second.store.close();
+  await until(() => first.saves() === 2, "the first takes the directory back once the second's lock is gone");
+  assert.notEqual(readFileSync(first.store.file, 'utf8'), seconds);
 });
 
 test('temp files get names of their own, so two writers never share one', (t) => {
