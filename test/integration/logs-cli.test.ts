@@ -1,8 +1,9 @@
 /**
  * `vigil logs` as an operator runs it (the real CLI process, with only the rights of
  * deploy/rbac-logs.yaml) against a real kube-apiserver and two real agents: one bundle is PUT to
- * an upload URL, the other kept on its node and downloaded through the node proxy; both end up in
- * --output DIR and the NodeDiagnostics are deleted afterwards.
+ * an upload URL (sealed to the agent's key, never in the spec), the other kept on its node and
+ * downloaded through the node proxy with the request's token; both end up in --output DIR and the
+ * NodeDiagnostics are deleted afterwards. A kept bundle is fetched again with --bundle.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -66,7 +67,17 @@ test(
       await cluster.createNode(node);
       await pointNodeAtThisMachine(cluster, node);
       const config = path.join(dir, `${node}.yaml`);
-      writeFileSync(config, kernelLogOnlyConfig(['kubernetes:', '  mode: "on"', '  coalesce: 100ms']));
+      writeFileSync(
+        config,
+        kernelLogOnlyConfig([
+          'kubernetes:',
+          '  mode: "on"',
+          '  coalesce: 100ms',
+          // The test's "bucket" is on loopback, refused unless allowed.
+          'diagnostics:',
+          '  upload: {allowedHosts: ["127.0.0.1"], allowHttp: true}',
+        ]),
+      );
       agents.push(
         await startAgent([
           '--kubeconfig',
@@ -127,6 +138,12 @@ test(
     assert.ok(!r.stdout.includes('X-Amz-Signature=abc'), 'the signature is not printed');
 
     assert.deepEqual(await nodeDiagnostics(cluster.adminKubeconfig).list(), [], 'the NodeDiagnostics are deleted afterwards');
+
+    // The kept bundle again, by name (as for an automatic capture named in its Event): a new token is granted it.
+    const again = path.join(dir, 'again');
+    const b = await runCli(['logs', 'logs-keep', '--kubeconfig', operator, '--output', again, '--bundle', kept]);
+    assert.equal(b.code, 0, `stdout: ${b.stdout}\nstderr: ${b.stderr}`);
+    assert.deepEqual(readFileSync(path.join(again, kept)), readFileSync(path.join(out, kept)));
   },
 );
 
