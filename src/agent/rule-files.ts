@@ -1,8 +1,12 @@
 /** Loads the rule files a configuration names; errors name the file, the rule and the field. */
 import type { VigilConfig } from '../config/load.ts';
-import { loadUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
-import { loadNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';
+import { readConfigText } from '../config/read-file.ts';
+import { parseUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
+import { parseNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';
 import { errorMessage } from '../util/errors.ts';
+
+/** All rule files together: each is capped by readConfigText, and their number by the schema. */
+export const MAX_RULE_BYTES_TOTAL = 1024 * 1024;
 
 export interface RuleFiles {
   userRules: UserRule[];
@@ -14,16 +18,33 @@ export function loadRuleFiles(config: VigilConfig): RuleFiles {
   const errors: string[] = [];
   const userRules: UserRule[] = [];
   const npd: NpdConfig[] = [];
-  for (const file of config.kernelLog.userRules) {
+  let total = 0;
+  // Read with the size caps before parsing; errors name the file.
+  const read = (file: string): string | undefined => {
+    let text: string;
     try {
-      userRules.push(...loadUserRules(file));
+      text = readConfigText(file);
+    } catch (err) {
+      errors.push(`${file}: ${errorMessage(err)}`);
+      return undefined;
+    }
+    total += Buffer.byteLength(text);
+    if (total <= MAX_RULE_BYTES_TOTAL) return text;
+    errors.push(`${file}: too large: the rule files together may hold ${MAX_RULE_BYTES_TOTAL / 1024} KiB`);
+    return undefined;
+  };
+  for (const file of config.kernelLog.userRules) {
+    const text = read(file);
+    try {
+      if (text !== undefined) userRules.push(...parseUserRules(text, file));
     } catch (err) {
       errors.push(errorMessage(err));
     }
   }
   for (const file of config.kernelLog.npdConfigs) {
+    const text = read(file);
     try {
-      npd.push(loadNpdConfig(file));
+      if (text !== undefined) npd.push(parseNpdConfig(text, file));
     } catch (err) {
       errors.push(errorMessage(err));
     }

@@ -2,6 +2,7 @@
 import pino from 'pino';
 import { loadConfig, type VigilConfig } from '../config/load.ts';
 import { kubeconfigProblem } from '../config/kubeconfig.ts';
+import { nodeNameProblem } from '../config/node-name.ts';
 import { Agent } from '../agent/agent.ts';
 import { buildMonitors } from '../agent/build-monitors.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
@@ -26,7 +27,12 @@ export interface RunOptions {
 }
 
 export async function runAgentCommand(opts: RunOptions): Promise<number> {
-  // Handlers first: a stop signal that arrives while the agent starts must still stop it cleanly,
+  // Files are read and checked before any handler exists: that work is synchronous (bounded by
+  // the size caps, still seconds on a busy node, forever on a FIFO nobody writes), and a signal
+  // with a handler would wait behind it. Nothing runs yet, so Node's default exit is right.
+  const config = loadRunConfig(opts);
+  if (typeof config === 'number') return config;
+  // Then the handlers: a stop signal that arrives while the agent starts must still stop it cleanly,
   // state saved, once start returns (not kill it at Node's default). SIGHUP stops like SIGTERM; it
   // does not reload (configuration is read at start, so restart to apply it).
   const signals = guardSignals();
@@ -40,13 +46,14 @@ export async function runAgentCommand(opts: RunOptions): Promise<number> {
       );
       return 2;
     }
-    return await runAgent(opts, signals);
+    return await runAgent(opts, config, signals);
   } finally {
     signals.remove();
   }
 }
 
-async function runAgent(opts: RunOptions, signals: SignalGuard): Promise<number> {
+/** The configuration with its rule files checked, or the exit status once the error is printed. */
+function loadRunConfig(opts: RunOptions): VigilConfig | number {
   let config: VigilConfig;
   try {
     config = loadConfig(opts.config);
@@ -63,6 +70,17 @@ async function runAgent(opts: RunOptions, signals: SignalGuard): Promise<number>
     process.stderr.write(`--kubeconfig ${opts.kubeconfig}: ${badKubeconfig}\n`);
     return 2;
   }
+  // nodeName is checked by the schema; --node-name and $NODE_NAME here, before anything uses them.
+  const [from, name] = opts.nodeName ? ['--node-name', opts.nodeName] : ['$NODE_NAME', config.nodeName ? '' : process.env.NODE_NAME];
+  const badName = name ? nodeNameProblem(name) : undefined;
+  if (badName) {
+    process.stderr.write(`${from}: ${badName}\n`);
+    return 2;
+  }
+  return config;
+}
+
+async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGuard): Promise<number> {
   if (opts.listen) config.listen = opts.listen;
   if (opts.stateDir) config.stateDir = opts.stateDir;
   if (opts.kubeconfig) config.kubernetes.kubeconfig = opts.kubeconfig;

@@ -1,12 +1,19 @@
 import * as z from 'zod';
-import { parseDuration } from '../util/duration.ts';
+import { parseDuration, timerLimitProblem } from '../util/duration.ts';
 
-/** A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m', '1h30m'. Parses to ms. */
-export const durationValue = z.union([z.number().int().min(0), z.string()]).transform((v, ctx) => {
-  if (typeof v === 'number') return v;
-  const ms = parseDuration(v);
+/**
+ * A duration: milliseconds as a number, or a string such as '250ms', '30s', '5m', '1h30m'. Parses
+ * to ms. Capped at what a timer can hold: above it Node fires the timer after 1 ms and it spins.
+ */
+export const durationValue = z.union([z.number().int().min(0), z.string().max(64)]).transform((v, ctx) => {
+  const ms = typeof v === 'number' ? v : parseDuration(v);
   if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: `expected a duration such as 500ms, 30s, 5m or 1h, not "${v}"` });
+    ctx.addIssue({ code: 'custom', message: `expected a duration such as 500ms, 30s, 5m or 1h, not "${String(v)}"` });
+    return z.NEVER;
+  }
+  const tooLong = timerLimitProblem(ms);
+  if (tooLong) {
+    ctx.addIssue({ code: 'custom', message: `${tooLong}, not ${JSON.stringify(v)}` });
     return z.NEVER;
   }
   return ms;

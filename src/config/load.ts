@@ -2,9 +2,9 @@
  * Loads and validates the YAML configuration. Every error names the file and the field, and all
  * errors are reported at once.
  */
-import { readFileSync } from 'node:fs';
 import YAML from 'yaml';
 import { errorMessage } from '../util/errors.ts';
+import { MAX_CONFIG_FILE_BYTES, readConfigText } from './read-file.ts';
 import { configSchema, type VigilConfig } from './schema.ts';
 
 export type { VigilConfig };
@@ -17,12 +17,22 @@ export class ConfigError extends Error {
   }
 }
 
+/**
+ * Aliases resolved per document at most (yaml's own default, pinned): each alias may repeat a whole
+ * anchored tree, so a few nested ones ("billion laughs") would otherwise expand without bound.
+ */
+const MAX_ALIASES = 100;
+
 export function parseConfig(text: string, source = 'config'): VigilConfig {
+  // Checked before parsing: the parser's time and memory grow with the text (see read-file.ts).
+  if (Buffer.byteLength(text) > MAX_CONFIG_FILE_BYTES) {
+    throw new ConfigError(`${source}: too large: the limit is ${MAX_CONFIG_FILE_BYTES / 1024} KiB`);
+  }
   let raw: unknown;
   try {
     const doc = YAML.parseDocument(text, { uniqueKeys: true });
     if (doc.errors.length) throw new Error(doc.errors.map((e) => e.message).join('; '));
-    raw = doc.toJS() ?? {};
+    raw = doc.toJS({ maxAliasCount: MAX_ALIASES }) ?? {};
   } catch (err) {
     throw new ConfigError(`${source}: not valid YAML: ${errorMessage(err)}`);
   }
@@ -42,9 +52,9 @@ export function loadConfig(file: string | undefined): VigilConfig {
   if (!file) return parseConfig('{}', 'defaults');
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readConfigText(file);
   } catch (err) {
-    throw new ConfigError(`${file}: cannot read: ${errorMessage(err)}`);
+    throw new ConfigError(`${file}: ${errorMessage(err)}`);
   }
   return parseConfig(text, file);
 }

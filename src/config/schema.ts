@@ -12,6 +12,7 @@ import { duration, positiveDuration } from './duration.ts';
 import { gpuSectionSchema } from './gpu.ts';
 import { hostMonitorsConfigSchema } from './host.ts';
 import { kubeconfigProblem } from './kubeconfig.ts';
+import { nodeNameString } from './node-name.ts';
 import { LISTEN_FORMAT, parseListen } from './listen.ts';
 import { regexString } from './regex.ts';
 import { xidConfig } from './xid.ts';
@@ -39,6 +40,11 @@ const conditionNames = z
     }
   });
 
+/** A file path: at most PATH_MAX (4096) bytes, the longest the kernel opens. */
+const filePath = z.string().min(1, 'must not be empty').max(4096);
+/** Rule files per list; each is read whole at start. */
+const MAX_RULE_FILES = 64;
+
 const escalation = z.strictObject({
   match: regexString,
   count: z.number().int().min(2),
@@ -50,15 +56,15 @@ export const kernelLogConfig = z
   .strictObject({
     enabled: z.boolean().default(true),
     /** The kernel log device; tests point it elsewhere. */
-    path: z.string().min(1).default('/dev/kmsg'),
+    path: filePath.default('/dev/kmsg'),
     /** On a first start or a new boot, records younger than this are classified; 0 = only new ones. */
     lookback: duration('5m'),
     /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
     pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
     /** YAML files of user rules (see docs/configuration.md). */
-    userRules: z.array(z.string().min(1)).default([]),
+    userRules: z.array(filePath).max(MAX_RULE_FILES).default([]),
     /** node-problem-detector system-log-monitor JSON files, loaded as they are. */
-    npdConfigs: z.array(z.string().min(1)).default([]),
+    npdConfigs: z.array(filePath).max(MAX_RULE_FILES).default([]),
   })
   .superRefine((k, ctx) => {
     const problem = k.enabled ? kernelLogPathProblem(k.path) : undefined;
@@ -97,7 +103,7 @@ export const kubernetesConfig = z
   .strictObject({
     /** auto: use in-cluster config or a kubeconfig when one is found; off: standalone. */
     mode: z.enum(['auto', 'on', 'off']).default('auto'),
-    kubeconfig: z.string().min(1).optional(),
+    kubeconfig: filePath.optional(),
     /** Condition re-write period even when nothing changed; 0 disables. */
     heartbeat: duration('5m'),
     /** Changes within this window are written together (well under a second). */
@@ -171,12 +177,6 @@ const diagnosticsFields = z.strictObject({
       retention: positiveDuration('24h'),
     })
     .prefault({}),
-  /** Upload attempts before the bundle is kept on the node instead. */
-  uploadAttempts: z.number().int().min(1).max(20).default(5),
-  /** Each collector is cut (and recorded as timed out) after this long. */
-  collectorTimeout: positiveDuration('30s'),
-});
-
   /**
    * Where uploads may go (issue #22 point 1): https to public addresses only, unless a host is
    * listed (its addresses are then not checked) or http is allowed.
@@ -187,12 +187,12 @@ const diagnosticsFields = z.strictObject({
       allowHttp: z.boolean().default(false),
     })
     .prefault({}),
-/**
- * A source that cannot see (kernel log missing or unreadable, NVML not loadable or not
- * initialising) is tried again after `initial`, doubling up to `max`, each wait drawn between half
- * and all of the step; its condition leaves Unknown on the first try that sees.
- */
-export const sourceRetryConfig = z.strictObject({ initial: positiveDuration('1s'), max: positiveDuration('5m') }).superRefine((r, ctx) => {
+  /** Upload attempts before the bundle is kept on the node instead. */
+  uploadAttempts: z.number().int().min(1).max(20).default(5),
+  /** Each collector is cut (and recorded as timed out) after this long. */
+  collectorTimeout: positiveDuration('30s'),
+});
+
 export const diagnosticsConfig = diagnosticsFields.superRefine((d, ctx) => {
   // Refused at start rather than at the first Fatal fault, when the capture would be lost.
   if (d.autoCapture.uploadUrl?.startsWith('http:') && !d.upload.allowHttp) {
@@ -204,12 +204,18 @@ export const diagnosticsConfig = diagnosticsFields.superRefine((d, ctx) => {
   }
 });
 
+/**
+ * A source that cannot see (kernel log missing or unreadable, NVML not loadable or not
+ * initialising) is tried again after `initial`, doubling up to `max`, each wait drawn between half
+ * and all of the step; its condition leaves Unknown on the first try that sees.
+ */
+export const sourceRetryConfig = z.strictObject({ initial: positiveDuration('1s'), max: positiveDuration('5m') }).superRefine((r, ctx) => {
   if (r.max < r.initial) ctx.addIssue({ code: 'custom', path: ['max'], message: 'must be at least sourceRetry.initial' });
 });
 
 export const configSchema = z.strictObject({
-  nodeName: z.string().min(1).optional(),
-  stateDir: z.string().min(1, 'must not be empty').default('/var/lib/vigil'),
+  nodeName: nodeNameString.optional(),
+  stateDir: filePath.default('/var/lib/vigil'),
   listen: z
     .string()
     .superRefine((s, ctx) => {
