@@ -21,6 +21,7 @@ const benches: Record<string, () => Promise<Bench>> = {
   kubernetes: async () => (await import('./kubernetes.ts')).benchKubernetes,
   corpus: async () => (await import('./corpus.ts')).benchCorpus,
   karpenter: async () => (await import('./karpenter.ts')).benchKarpenter,
+  conns: async () => (await import('./conns.ts')).benchConns,
 };
 
 const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');

@@ -6,7 +6,7 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -111,6 +111,20 @@ export function idleFlood(port: number, total: number, children = 4): IdleFlood 
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Connections waiting in the accept queue of 127.0.0.1:port (rx_queue of its LISTEN line in
+ * /proc/net/tcp): handshakes complete in the kernel before the server accepts, so 0 means the
+ * server has taken every connection made so far.
+ */
+export function acceptQueue(port: number): number {
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f[1] === local && f[3] === '0A') return parseInt(f[4].split(':')[1], 16);
+  }
+  return NaN;
 }
 
 function sum(all: FloodCounts[]): FloodCounts {

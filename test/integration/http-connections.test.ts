@@ -12,7 +12,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
-import { idleFlood, type FloodCounts } from '../helpers/idle-connections.ts';
+import { acceptQueue, idleFlood, type FloodCounts } from '../helpers/idle-connections.ts';
 
 const CONNECTIONS = 20_000;
 const CAP = 512;
@@ -24,16 +24,6 @@ function openFds(pid: number): number {
   } catch {
     return NaN;
   }
-}
-
-/** Connections waiting in the agent's accept queue: rx_queue of its LISTEN line in /proc/net/tcp. */
-function acceptQueue(port: number): number {
-  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
-  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n')) {
-    const f = line.trim().split(/\s+/);
-    if (f[1] === local && f[3] === '0A') return parseInt(f[4].split(':')[1], 16);
-  }
-  return NaN;
 }
 
 /** GET on a fresh connection (no agent keep-alive pool); the status, or why there was none. */
