@@ -345,7 +345,7 @@ async function secretKeeper(secret: string): Promise<{ url: string; connections:
 }
 
 test(
-  'an upload destination on loopback, link-local, private or unique-local addresses is refused before any capture and nothing is sent; allowed, a 403 body with a secret never reaches the status',
+  'an upload destination on loopback (by address or by name) is refused before any capture and nothing is sent; allowed, a 403 body with a secret never reaches the status',
   { timeout: 300_000 },
   async () => {
     const node = 'ndiag-ssrf';
@@ -357,11 +357,13 @@ test(
     let agent = await agentFor(node, [], undefined, undefined, {}, ['  upload: {allowHttp: true}']);
     try {
       await agent.waitFor((l) => l.msg === 'writing node conditions', 30_000);
+      // Only loopback destinations here, where the test's server counts what arrives (a broken
+      // check must not send to real addresses); the unit tests cover the other address classes.
+      const port = new URL(keeper.url).port;
       const cases: [string, string][] = [
         [`${keeper.url}/b.tar.gz`, 'a loopback'],
-        ['http://169.254.169.254/latest/meta-data/iam/', 'a link-local'],
-        ['http://10.0.0.1/b.tar.gz', 'a private'],
-        ['http://[fc00::1]/b.tar.gz', 'a unique-local'],
+        [`http://localhost:${port}/b.tar.gz`, 'a loopback'],
+        [`http://[::ffff:127.0.0.1]:${port}/b.tar.gz`, 'a loopback'],
       ];
       for (const [url, kind] of cases) {
         await requestUpload(cluster.adminKubeconfig, node, url, { categories: ['kernel'] });

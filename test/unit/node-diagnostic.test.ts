@@ -17,6 +17,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import { parseConfig } from '../../src/config/load.ts';
+import { HttpServer } from '../../src/sinks/http/server.ts';
 import { parseSpec, redactUrl } from '../../src/diagnostics/node-diagnostic/resource.ts';
 import { BundleStore } from '../../src/diagnostics/node-diagnostic/store.ts';
 import { uploadFile, type UploadOptions } from '../../src/diagnostics/node-diagnostic/upload.ts';
@@ -206,26 +207,45 @@ test('an upload to loopback, link-local, private or unique-local addresses is re
   t.after(() => l.close());
   const seen: string[] = [];
   const common: UploadOptions = { attempts: 3, backoff: { baseMs: 1, maxMs: 1 }, createConnection: recordingConnector(seen) };
-  const cases: [string, string][] = [
-    [`https://127.0.0.1:${l.port}/b.tar.gz`, 'a loopback'],
-    [`https://[::ffff:127.0.0.1]:${l.port}/b.tar.gz`, 'a loopback'],
-    ['https://169.254.169.254/latest/meta-data', 'a link-local'],
-    ['https://10.1.2.3/b.tar.gz', 'a private'],
-    ['https://192.168.0.10/b.tar.gz', 'a private'],
-    ['https://[fc00::1]/b.tar.gz', 'a unique-local'],
-    ['https://[fe80::1]/b.tar.gz', 'a link-local'],
-    ['https://[64:ff9b::a9fe:a9fe]/b.tar.gz', 'a link-local'],
-  ];
-  for (const [url, kind] of cases) {
-    const r = await uploadFile(file, url, common);
-    assert.equal(r.ok, false, url);
-    assert.equal(r.attempts, 0, `${url}: no attempt`);
-    assert.equal(r.refused, `the upload destination is ${kind} address (diagnostics.upload.allowedHosts lists hosts allowed anyway)`, url);
+  const hatch = ' address (diagnostics.upload.allowedHosts lists hosts allowed anyway)';
+  // Real addresses only on loopback, where a listener counts what arrives.
+  for (const url of [`https://127.0.0.1:${l.port}/b.tar.gz`, `https://[::ffff:127.0.0.1]:${l.port}/b.tar.gz`]) {
+    const r = await uploadFile(file, url, { attempts: 3, backoff: { baseMs: 1, maxMs: 1 } });
+    assert.deepEqual(
+      { ok: r.ok, attempts: r.attempts, refused: r.refused },
+      { ok: false, attempts: 0, refused: `the upload destination is a loopback${hatch}` },
+    );
   }
-  // A name is resolved first: one that answers a private address is refused the same way.
-  const resolve: Resolver = () => Promise.resolve([{ address: '10.0.0.7', family: 4 }]);
-  const named = await uploadFile(file, 'https://bucket.internal.example/b.tar.gz', { ...common, resolve });
-  assert.match(named.refused ?? '', /is a private address/);
+  // Other classes through names (.invalid never resolves for real) answered by an injected resolver.
+  const cases: [string, string][] = [
+    ['169.254.169.254', 'a link-local'],
+    ['10.1.2.3', 'a private'],
+    ['172.20.0.1', 'a private'],
+    ['192.168.0.10', 'a private'],
+    ['100.64.0.1', 'a shared (carrier-grade NAT)'],
+    ['fc00::1', 'a unique-local'],
+    ['fd00:ec2::254', 'a unique-local'],
+    ['fe80::1', 'a link-local'],
+    ['::1', 'a loopback'],
+    ['64:ff9b::a9fe:a9fe', 'a link-local'],
+  ];
+  for (const [address, kind] of cases) {
+    const resolve: Resolver = () => Promise.resolve([{ address, family: address.includes(':') ? 6 : 4 }]);
+    const r = await uploadFile(file, 'https://bucket.invalid/b.tar.gz', { ...common, resolve });
+    assert.deepEqual(
+      { ok: r.ok, attempts: r.attempts, refused: r.refused },
+      { ok: false, attempts: 0, refused: `the upload destination is ${kind}${hatch}` },
+      address,
+    );
+    assert.equal(refusedKind(address), kind, `${address} as a literal too`);
+  }
+  // One private answer among public ones is enough to refuse.
+  const mixed: Resolver = () =>
+    Promise.resolve([
+      { address: '203.0.113.7', family: 4 },
+      { address: '10.0.0.7', family: 4 },
+    ]);
+  assert.match((await uploadFile(file, 'https://bucket.invalid/b', { ...common, resolve: mixed })).refused ?? '', /a private address/);
   assert.deepEqual(seen, [], 'no connection was even attempted');
   assert.equal(l.connections(), 0, 'the loopback listener saw no connection');
   assert.equal(refusedKind('8.8.8.8'), undefined, 'a public address passes');
@@ -235,14 +255,14 @@ test('an upload to loopback, link-local, private or unique-local addresses is re
 test('an http upload is refused unless allowHttp, and the API server own address is refused', async (t) => {
   const file = bundleFile(t);
   const seen: string[] = [];
-  const publicDns: Resolver = (h) => Promise.resolve([{ address: h === 'api.example' ? '203.0.113.9' : '203.0.113.7', family: 4 }]);
+  const publicDns: Resolver = (h) => Promise.resolve([{ address: h === 'api.invalid' ? '203.0.113.9' : '203.0.113.7', family: 4 }]);
   const o: UploadOptions = { attempts: 1, resolve: publicDns, createConnection: recordingConnector(seen) };
-  const plain = await uploadFile(file, 'http://bucket.example/b.tar.gz', o);
+  const plain = await uploadFile(file, 'http://bucket.invalid/b.tar.gz', o);
   assert.match(plain.refused ?? '', /http:\/\/ and only https is allowed \(diagnostics\.upload\.allowHttp\)/);
-  const api = await uploadFile(file, 'https://api-alias.example/b', {
+  const api = await uploadFile(file, 'https://api-alias.invalid/b', {
     ...o,
     resolve: () => Promise.resolve([{ address: '203.0.113.9', family: 4 }]),
-    policy: { allowedHosts: [], allowHttp: false, apiServer: 'https://api.example:443' },
+    policy: { allowedHosts: [], allowHttp: false, apiServer: 'https://api.invalid:443' },
   });
   assert.match(api.refused ?? '', /is the API server/);
   assert.deepEqual(seen, [], 'nothing sent');
@@ -255,7 +275,7 @@ test('a rebinding resolver (public first, loopback after) cannot make the upload
   let asked = 0;
   const rebinding: Resolver = () => Promise.resolve([{ address: asked++ === 0 ? '203.0.113.7' : '127.0.0.1', family: 4 }]);
   const seen: string[] = [];
-  const r = await uploadFile(file, `https://rebind.example:${l.port}/b.tar.gz`, {
+  const r = await uploadFile(file, `https://rebind.invalid:${l.port}/b.tar.gz`, {
     attempts: 3,
     backoff: { baseMs: 1, maxMs: 1 },
     resolve: rebinding,
@@ -396,4 +416,28 @@ test('upload destination configuration: https only and no allowed host by defaul
     'diagnostics:\n  upload: {allowedHosts: [minio.local], allowHttp: true}\n  autoCapture:\n    uploadUrl: http://minio.local/x\n',
   );
   assert.deepEqual(ok.diagnostics.upload.allowedHosts, ['minio.local']);
+});
+
+test('the agent bundle route answers 401 without a token, 403 with another, and serves the bundle only to its token', async (t) => {
+  const file = bundleFile(t);
+  const good = newToken();
+  const sha = tokenSHA256(good);
+  const name = 'node-a-20260101t000000z-0123456789abcdef.tar.gz';
+  const server = new HttpServer(new Registry(), {
+    health: () => ({}) as never,
+    agentHealth: () => ({ status: 'ok', components: {} }),
+    // As the controller does: the grant of the request that produced the bundle.
+    diagnosticBundle: (n: string, token: string) => (n === name && tokenMatches(token, sha) ? { path: file, bytes: 1000 } : 'forbidden'),
+  });
+  const addr = await server.listen('127.0.0.1:0');
+  t.after(() => server.close());
+  const get = async (headers: Record<string, string>, n = name) => {
+    const res = await fetch(`http://127.0.0.1:${addr.port}/diagnostics/${n}`, { headers });
+    return { status: res.status, bytes: (await res.arrayBuffer()).byteLength };
+  };
+  assert.equal((await get({})).status, 401);
+  assert.equal((await get({ authorization: `Bearer ${good}` })).status, 401, 'Authorization is not where the token goes');
+  assert.equal((await get({ 'x-vigil-token': newToken() })).status, 403);
+  assert.equal((await get({ 'x-vigil-token': good }, 'node-a-20260101t000000z-fedcba9876543210.tar.gz')).status, 403, 'not another bundle');
+  assert.deepEqual(await get({ 'x-vigil-token': good }), { status: 200, bytes: 1000 });
 });
