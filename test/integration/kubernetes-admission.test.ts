@@ -411,3 +411,33 @@ test("Quarantine: Vigil's own cordon (with its annotation) and uncordon still wo
   assert.equal(node.spec?.unschedulable, undefined);
   assert.equal(node.metadata?.annotations?.[CORDONED_BY_VIGIL_ANNOTATION], undefined);
 });
+
+test("Node status: after a rename, a stale type the policy will not let Vigil remove stays on the Node, and Vigil's own conditions are still written", async () => {
+  await policyInForce();
+  const now = new Date();
+  // An earlier run wrote VigilKernelReady; the configuration (and so the policy) now names KernelReady.
+  await cluster.createNode('st-stale', [
+    {
+      type: 'VigilKernelReady',
+      status: 'True',
+      reason: 'KernelIsReady',
+      message: 'old name',
+      lastTransitionTime: now,
+      lastHeartbeatTime: now,
+    },
+  ]);
+  const kubeconfig = cluster.kubeconfigForToken(await cluster.tokenForPodOnNode('st-stale'), 'pod-on-st-stale');
+  const v = startVigil({ kubeconfig, nodeName: 'st-stale', sink: { writtenTypes: ['VigilKernelReady'], staleGraceMs: 0 } });
+  await v.started;
+  v.engine.finding({ reason: 'NvidiaXID79Error', message: 'GPU has fallen off the bus', source: 'kmsg', entity: 'gpu:0', at: Date.now() });
+  await waitFor(
+    'the fault on the Node',
+    async () => conditionsOf(await cluster.readNode('st-stale')).get('AcceleratedHardwareReady')?.status === 'False',
+  );
+  assert.equal(conditionsOf(await cluster.readNode('st-stale')).get('VigilKernelReady')?.message, 'old name');
+  assert.equal(v.sink.conditions.writtenTypes.includes('VigilKernelReady'), false, 'forgotten: not tried again');
+  const said = v.lines.filter((l) => String(l.msg).includes('VigilKernelReady'));
+  assert.equal(said.length, 1);
+  assert.match(String(said[0].msg), /admission policy/);
+  await v.stop();
+});

@@ -349,6 +349,25 @@ export class ConditionWriter {
     } catch (err) {
       const f = toFailure(err);
       this.m.writes.inc({ result: String(f.status) });
+      if (f.status === 403 && deletes.length) {
+        // An admission policy that pins Vigil's condition types (deploy/admission-policy.yaml) refuses
+        // removing a type it no longer lists (after a rename): leave it, or no write would ever pass.
+        for (const t of deletes) {
+          this.pendingDeletes.delete(t);
+          this.owned.delete(t);
+          this.shown.delete(t);
+        }
+        this.notifyOwned();
+        if (full) this.fullWriteDue = true;
+        this.o.log.warn(
+          { event: 'kubernetes', node: this.o.nodeName, status: 403, left: deletes },
+          `condition types no longer managed left on the Node: ${deletes.join(', ')} (removing them was refused, e.g. by the admission policy that pins Vigil's condition types; remove them with kubectl if wanted). API server said: ${f.message}`,
+        );
+        this.inFlight = undefined;
+        done();
+        if (!this.stopped) this.schedule(0, true);
+        return;
+      }
       this.report('patch', f);
       // A heartbeat that failed is still owed; after a timeout the Node's state is unknown, and
       // after a 404 the Node may come back recreated without any of Vigil's conditions.
