@@ -2,13 +2,19 @@
  * `vigil diagnose`: writes a diagnostic bundle (.tar.gz with manifest.json) of this node, collected
  * in a low-priority child process. Progress on stderr, one line per collector; the bundle's path
  * and a summary on stdout (`--json`: the manifest). Exit 0 when the bundle is written (collectors
- * that failed are in the manifest), 1 when no bundle could be written, 2 on bad arguments.
+ * that failed are in the manifest), 1 when no bundle could be written (the --timeout reached
+ * included: the command never runs past it), 2 on bad arguments or an --output it cannot write.
  */
+import { closeSync, openSync, statSync, unlinkSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { nodeNameProblem } from '../config/node-name.ts';
 import { captureInChild, type CaptureOptions, type CollectorResult } from '../diagnostics/bundle.ts';
 import { CAPTURE_DEFAULTS, parseCategories } from '../diagnostics/collect.ts';
-import { parseDuration } from '../util/duration.ts';
+import { parseDuration, timerLimitProblem } from '../util/duration.ts';
 import { errorMessage } from '../util/errors.ts';
+import { makeDirs } from '../util/make-dirs.ts';
 
 export interface DiagnoseOptions {
   categories?: string;
@@ -75,6 +81,8 @@ export function captureOptions(opts: DiagnoseOptions): CaptureOptions | string {
     if (value === undefined) continue;
     const ms = parseDuration(value);
     if (!ms) return `${flag}: expected a duration such as 30s or 5m, not ${JSON.stringify(value)}`;
+    const tooLong = timerLimitProblem(ms);
+    if (tooLong) return `${flag}: ${tooLong}`;
     out[key] = ms;
   }
   if (opts.since !== undefined && !parseDuration(opts.since))
@@ -90,6 +98,8 @@ export function captureOptions(opts: DiagnoseOptions): CaptureOptions | string {
     out[key] = n;
   }
   if (opts.hostRoot !== undefined && !opts.hostRoot.startsWith('/')) return '--host-root: expected an absolute path';
+  const badName = opts.nodeName !== undefined ? nodeNameProblem(opts.nodeName) : undefined;
+  if (badName) return `--node-name: ${badName}`;
   const node = opts.nodeName ?? process.env.NODE_NAME ?? os.hostname();
   return {
     ...out,
@@ -104,16 +114,43 @@ export function captureOptions(opts: DiagnoseOptions): CaptureOptions | string {
   };
 }
 
+/**
+ * Why the bundle cannot be written to `output`, found before any collector runs: its directory is
+ * created (see makeDirs: Node's own recursive mkdir spins on /proc/nope) and a file made in it.
+ */
+export function outputProblem(output: string): string | undefined {
+  const dir = path.dirname(path.resolve(output));
+  try {
+    makeDirs(dir);
+    if (statSync(output, { throwIfNoEntry: false })?.isDirectory()) return `${output} is a directory`;
+    const probe = path.join(dir, `.vigil-diagnose-probe-${process.pid}`);
+    closeSync(openSync(probe, 'wx'));
+    unlinkSync(probe);
+  } catch (err) {
+    return `cannot write ${output}: ${errorMessage(err)}`;
+  }
+  return undefined;
+}
+
 export async function runDiagnoseCommand(opts: DiagnoseOptions): Promise<number> {
   const capture = captureOptions(opts);
   if (typeof capture === 'string') {
     process.stderr.write(`vigil diagnose: ${capture}\n`);
     return 2;
   }
+  const badOutput = outputProblem(capture.output);
+  if (badOutput) {
+    process.stderr.write(`vigil diagnose: --output: ${badOutput}\n`);
+    return 2;
+  }
+  // --timeout bounds the whole command, counted from its start: the capture child is killed then,
+  // whatever it is doing (captureInChild), and plans its collectors to end before (runCapture).
+  const timeoutMs = capture.timeoutMs ?? CAPTURE_DEFAULTS.timeoutMs;
+  capture.deadline = performance.timeOrigin + timeoutMs;
   if (!opts.quiet) {
     process.stderr.write(
       `vigil diagnose: collecting ${capture.categories?.join(', ') ?? 'every category'} (at most ${
-        (capture.timeoutMs ?? CAPTURE_DEFAULTS.timeoutMs) / 1000
+        timeoutMs / 1000
       } s, ${capture.maxBytes ?? CAPTURE_DEFAULTS.maxBytes} bytes)\n`,
     );
     capture.onCollector = (r) => void process.stderr.write(progressLine(r));

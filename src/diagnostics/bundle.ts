@@ -75,6 +75,12 @@ export interface CaptureOptions {
   kernelLogPath?: string;
   /** The whole capture (default 10 min). */
   timeoutMs?: number;
+  /**
+   * Epoch ms by which the capture must be over, packing included (`vigil diagnose`, whose
+   * --timeout bounds the whole command): collectors end earlier, and captureInChild kills the
+   * child at this instant and fails. Without it the child gets a grace period past timeoutMs.
+   */
+  deadline?: number;
   /** Each collector (default 30 s; nvidia-bug-report.sh gets 6 times this). */
   collectorTimeoutMs?: number;
   /** All collected files together (default 256 MiB). */
@@ -115,6 +121,8 @@ export const PRIORITY_ENV = 'VIGIL_CAPTURE_PRIORITY';
 const HARD_LIMIT_GRACE_MS = 60_000;
 /** Between SIGTERM and SIGKILL. */
 const KILL_GRACE_MS = 5_000;
+/** With a deadline: SIGTERM this long before it (the child kills its collectors' process groups), SIGKILL at it. */
+const DEADLINE_TERM_MS = 250;
 const DEFAULT_TIMEOUT_MS = 10 * 60_000;
 
 function findProgram(name: string): string | undefined {
@@ -179,13 +187,27 @@ export function captureInChild(opts: CaptureOptions, signal?: AbortSignal): Prom
       child.kill('SIGTERM');
       killTimer ??= setTimeout(() => child.kill('SIGKILL'), KILL_GRACE_MS);
     };
-    const hardLimit = setTimeout(
-      () => {
-        childError = `the capture child ran past its time bound and was stopped`;
-        stop();
-      },
-      (opts.timeoutMs ?? DEFAULT_TIMEOUT_MS) + HARD_LIMIT_GRACE_MS,
-    );
+    const overrun = () => {
+      childError ??= `the capture child ran past its time bound and was stopped`;
+      stop();
+    };
+    const hardLimit = opts.deadline
+      ? setTimeout(overrun, opts.deadline - DEADLINE_TERM_MS - Date.now())
+      : setTimeout(overrun, (opts.timeoutMs ?? DEFAULT_TIMEOUT_MS) + HARD_LIMIT_GRACE_MS);
+    // At the deadline the child is killed and the capture fails then, without waiting for an exit
+    // that may never come (a read blocked on a FIFO or a hung mount, in uninterruptible sleep).
+    const deadlineTimer =
+      opts.deadline === undefined
+        ? undefined
+        : setTimeout(() => {
+            child.kill('SIGKILL');
+            child.stdout.destroy();
+            child.stderr.destroy();
+            child.unref();
+            finish(
+              new Error(`the capture did not finish within its time bound (${opts.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms) and was killed`),
+            );
+          }, opts.deadline - Date.now());
     const onAbort = () => stop();
     signal?.addEventListener('abort', onAbort, { once: true });
     child.stdout.setEncoding('utf8');
@@ -214,6 +236,7 @@ export function captureInChild(opts: CaptureOptions, signal?: AbortSignal): Prom
       if (settled) return;
       settled = true;
       clearTimeout(hardLimit);
+      clearTimeout(deadlineTimer);
       clearTimeout(killTimer);
       signal?.removeEventListener('abort', onAbort);
       if (err) reject(err);

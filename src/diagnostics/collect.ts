@@ -19,6 +19,7 @@ import { loadConfig, parseConfig, type VigilConfig } from '../config/index.ts';
 import { execBounded, hostPath, readFileSmall } from '../sources/host/index.ts';
 import { parseDuration } from '../util/duration.ts';
 import { errorCode, errorMessage } from '../util/errors.ts';
+import { makeDirs } from '../util/make-dirs.ts';
 import { VERSION } from '../util/version.ts';
 import {
   DIAGNOSTIC_CATEGORIES,
@@ -256,7 +257,8 @@ export async function runCapture(opts: CaptureOptions, signal?: AbortSignal, ext
   const timeoutMs = opts.timeoutMs ?? CAPTURE_DEFAULTS.timeoutMs;
   const maxBytes = opts.maxBytes ?? CAPTURE_DEFAULTS.maxBytes;
   const output = path.resolve(opts.output);
-  await mkdir(path.dirname(output), { recursive: true });
+  // Not mkdir({ recursive: true }): it spins forever on a path such as /proc/nope/x.tar.gz.
+  makeDirs(path.dirname(output));
   await removeStaleStaging(path.dirname(output), timeoutMs);
   const staging = await mkdtemp(path.join(path.dirname(output), STAGING_PREFIX));
   try {
@@ -265,8 +267,10 @@ export async function runCapture(opts: CaptureOptions, signal?: AbortSignal, ext
     await mkdir(bundleDir);
     await mkdir(scratch);
     const capture = resolveCapture(opts, scratch);
-    // Packing needs time too: collectors stop a little before the bound.
-    const deadline = startedAt.getTime() + timeoutMs - Math.min(30_000, Math.floor(timeoutMs / 10));
+    // Packing needs time too: collectors stop a little before the bound (or the caller's deadline,
+    // which counts from an earlier start and after which the child is killed).
+    const end = opts.deadline ?? startedAt.getTime() + timeoutMs;
+    const deadline = end - Math.min(30_000, Math.max(1000, Math.floor(timeoutMs / 10)));
     const results: CollectorResult[] = [];
     const files: string[] = [];
     let used = 0;

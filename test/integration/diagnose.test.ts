@@ -465,3 +465,73 @@ test('bad arguments exit 2 with the flag named, before anything is collected', a
   assert.match(r2.err, /--max-size: expected a size/);
   assert.equal(existsSync(path.join(tmp, 'never.tar.gz')), false);
 });
+
+/** Runs the CLI with a wall-clock limit of its own (the old code ran past 10 minutes here). */
+function vigilTimed(args: string[], limitMs: number): Promise<Run & { ms: number; killed: boolean }> {
+  const started = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(root, 'bin/vigil.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    let killed = false;
+    const timer = setTimeout(() => {
+      killed = true;
+      child.kill('SIGKILL');
+    }, limitMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out, err, ms: Date.now() - started, killed });
+    });
+  });
+}
+
+test('an --output that cannot be written fails at once with --output named, and nothing is collected', async () => {
+  const t = token();
+  // Node's recursive mkdir spins forever on /proc/nope; the old code ran past its own --timeout.
+  const proc = await vigilTimed(['diagnose', '--categories', 'system', '--timeout', '20s', '--output', `/proc/nope-${t}/x.tar.gz`], 30_000);
+  assert.equal(proc.killed, false, `still running after ${proc.ms} ms`);
+  assert.equal(proc.code, 2, proc.err);
+  assert.match(proc.err, new RegExp(`--output: cannot write /proc/nope-${t}/x\\.tar\\.gz: ENOENT`));
+  assert.doesNotMatch(proc.err, /system\/processes/, 'no collector ran');
+  assert.ok(proc.ms < 10_000, `answered in ${proc.ms} ms`);
+  // A directory given as the bundle, and a parent that is a file.
+  const file = path.join(tmp, `file-${t}`);
+  writeFileSync(file, 'x');
+  for (const [output, why] of [
+    [tmp, /is a directory/],
+    [path.join(file, 'x.tar.gz'), /ENOTDIR/],
+  ] as const) {
+    const r = await vigilTimed(['diagnose', '--categories', 'system', '--output', output], 30_000);
+    assert.equal(r.code, 2, `${output}: ${r.err}`);
+    assert.match(r.err, /--output: /);
+    assert.match(r.err, why);
+  }
+});
+
+test('diagnose never runs past its --timeout: a capture stuck in a read that cannot be interrupted is killed then, exit 1', async () => {
+  const t = token();
+  // Reading a FIFO nobody writes blocks the capture child's only thread (SIGTERM is not seen).
+  const fifo = path.join(tmp, `fifo-${t}`);
+  await new Promise<void>((resolve, reject) => execFile('mkfifo', [fifo], (e) => (e ? reject(new Error(e.message)) : resolve())));
+  const out = path.join(tmp, `stuck-${t}.tar.gz`);
+  const r = await vigilTimed(['diagnose', '--categories', 'runtime', '--include-file', fifo, '--timeout', '8s', '--output', out], 90_000);
+  assert.equal(r.killed, false, `still running after ${r.ms} ms`);
+  assert.equal(r.code, 1, r.err);
+  assert.match(r.err, /did not finish within its time bound \(8000 ms\) and was killed/);
+  // Counted from the command's start; spawning node and exiting add a little on either side.
+  assert.ok(r.ms < 9500, `exited ${r.ms} ms after it was started`);
+  assert.equal(existsSync(out), false);
+  // The capture child went with it (its arguments carry the output path).
+  const left = readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(`stuck-${t}`);
+      } catch {
+        return false;
+      }
+    });
+  assert.deepEqual(left, [], 'no capture process left');
+});
