@@ -48,6 +48,7 @@ async function capped(t: { after: (fn: () => Promise<void> | void) => void }, ca
     const c = { socket: s, closed: false, data: '' };
     s.on('data', (d) => (c.data += String(d)));
     s.on('error', () => {});
+    s.resume(); // read what the server sends (a 408), or its close is never seen
     s.once('close', () => (c.closed = true));
     t.after(() => void s.destroy());
     await once(s, 'connect');
@@ -127,6 +128,7 @@ test("the agent's server closes a connection that sends nothing after its idle t
   const port = await agentServer(t, 300);
   const s = net.connect(port, '127.0.0.1');
   s.on('error', () => {});
+  s.resume(); // read what the server sends (a 408), or its close is never seen
   await once(s, 'connect');
   const t0 = Date.now();
   await Promise.race([closed(s), sleep(5000)]);
@@ -138,6 +140,7 @@ test("the agent's server closes a connection that trickles its headers a byte at
   const port = await agentServer(t, 300);
   const s = net.connect(port, '127.0.0.1');
   s.on('error', () => {});
+  s.resume(); // read what the server sends (a 408), or its close is never seen
   await once(s, 'connect');
   const t0 = Date.now();
   const request = 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ' + 'a'.repeat(10_000);
