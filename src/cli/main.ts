@@ -70,13 +70,22 @@ export function buildProgram(): Command {
 
   program
     .command('status')
-    .description('one row per node: each Vigil condition, its reason, how long it has failed, pending repair or quarantine')
+    .description(
+      "one row per node: the age of its agent's last heartbeat (STALE when the agent stopped writing), each Vigil condition, its reason, how long it has failed, pending repair or quarantine",
+    )
     .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, then ~/.kube/config)')
     .option('-l, --selector <selector>', 'only nodes matching this label selector')
     .option('--json', 'one JSON array per refresh')
     .option('-w, --watch', 'keep refreshing (redrawn on a terminal; a new table on each change when piped)')
     .option('--interval <seconds>', 'refresh interval with --watch', '5')
     .option('--types <list>', 'condition types to show, comma-separated (when renamed with conditions.names)')
+    .option('--context <name>', 'the kubeconfig context to use (as kubectl --context)')
+    .option('-s, --server <url>', "the API server address, instead of the context cluster's (as kubectl --server)")
+    .option(
+      '--heartbeat-interval <duration>',
+      "the agents' kubernetes.heartbeat: a node whose last heartbeat is older than twice this is marked STALE (0: never)",
+      '5m',
+    )
     .action(async (opts: StatusOptions) => {
       const { runStatusCommand } = await import('./status-command.ts');
       process.exitCode = await runStatusCommand(opts);

@@ -1,13 +1,24 @@
 /**
  * `vigil status` (also `kubectl vigil status`): the operator's view of a fleet from the Nodes'
- * conditions. One row per node with each Vigil condition, its reason, how long the node has been
- * failing, and whether a repair or quarantine is pending. Reads the API server only: the agents
- * need not be reachable.
+ * conditions. One row per node with each Vigil condition, its reason, how old the agent's last
+ * heartbeat is, how long the node has been failing, and whether a repair or quarantine is pending.
+ * Reads the API server only: the agents need not be reachable.
+ *
+ * A stopped agent leaves its last conditions on the Node, True included, so the heartbeat age is
+ * what tells a dead agent from a healthy node: the agent re-writes its conditions every
+ * `kubernetes.heartbeat` (5m by default, each write stamping lastHeartbeatTime), and a node whose
+ * newest Vigil heartbeat is older than twice that is marked STALE. The plugin cannot read the
+ * agents' configuration, so the interval is a flag (--heartbeat-interval, default 5m; 0 = never
+ * stale, for agents with heartbeats off).
  */
 import type * as k8s from '@kubernetes/client-node';
 import { CONDITION_TYPES } from '../catalog/index.ts';
 import { makeClients, type CoreApi } from '../sinks/kubernetes/client.ts';
 import { errorMessage } from '../util/errors.ts';
+import { parseDuration } from '../util/duration.ts';
+
+/** The agent's default `kubernetes.heartbeat`. */
+export const DEFAULT_HEARTBEAT_MS = 5 * 60_000;
 
 export interface StatusOptions {
   kubeconfig?: string;
@@ -18,6 +29,12 @@ export interface StatusOptions {
   types?: string;
   /** Seconds between refreshes with --watch. */
   interval?: string;
+  /** As kubectl's --context: the kubeconfig context to use. */
+  context?: string;
+  /** As kubectl's --server: the API server address, instead of the context's cluster's. */
+  server?: string;
+  /** The agents' kubernetes.heartbeat (a duration, default 5m); STALE past twice this; 0 = never STALE. */
+  heartbeatInterval?: string;
 }
 
 export interface NodeConditionStatus {
@@ -33,6 +50,12 @@ export interface NodeConditionStatus {
 export interface NodeStatus {
   node: string;
   conditions: NodeConditionStatus[];
+  /** The newest lastHeartbeatTime of the shown conditions: the agent's last write; null when none. */
+  lastHeartbeatTime: string | null;
+  /** Seconds since lastHeartbeatTime; null when there is none. */
+  heartbeatAgeSeconds: number | null;
+  /** The last heartbeat is older than twice the heartbeat interval: the agent is not writing, its conditions are old news. */
+  stale: boolean;
   /** The longest a shown condition has been failing (False or Unknown); null when none is. */
   failingForSeconds: number | null;
   /** A condition is False: repair engines (Karpenter, EKS node auto repair, NHC) act once their toleration passes. */
@@ -42,12 +65,16 @@ export interface NodeStatus {
   quarantine: string | null;
 }
 
-export function nodeStatus(node: k8s.V1Node, types: readonly string[], now: number): NodeStatus {
+/** `heartbeatMs`: the agents' heartbeat interval; a node is STALE past twice it (0: never). */
+export function nodeStatus(node: k8s.V1Node, types: readonly string[], now: number, heartbeatMs = DEFAULT_HEARTBEAT_MS): NodeStatus {
   const byType = new Map((node.status?.conditions ?? []).map((c) => [c.type, c]));
   const conditions: NodeConditionStatus[] = [];
+  let heartbeat = NaN;
   for (const type of types) {
     const c = byType.get(type);
     if (!c) continue;
+    const beat = c.lastHeartbeatTime ? new Date(c.lastHeartbeatTime).getTime() : NaN;
+    if (Number.isFinite(beat) && !(beat <= heartbeat)) heartbeat = beat;
     const since = c.lastTransitionTime ? new Date(c.lastTransitionTime).getTime() : NaN;
     conditions.push({
       type,
@@ -64,9 +91,14 @@ export function nodeStatus(node: k8s.V1Node, types: readonly string[], now: numb
     (t) => (t.effect === 'NoSchedule' || t.effect === 'NoExecute') && !/^node\.(cloudprovider\.)?kubernetes\.io\//.test(t.key),
   );
   const quarantine = node.spec?.unschedulable ? 'cordoned' : taints.length ? `tainted ${taints.map((t) => t.key).join(',')}` : null;
+  // A clock ahead of the API server's shows as age 0, never negative.
+  const age = Number.isFinite(heartbeat) ? Math.max(0, Math.round((now - heartbeat) / 1000)) : null;
   return {
     node: node.metadata?.name ?? '',
     conditions,
+    lastHeartbeatTime: Number.isFinite(heartbeat) ? new Date(heartbeat).toISOString() : null,
+    heartbeatAgeSeconds: age,
+    stale: age !== null && heartbeatMs > 0 && age * 1000 > 2 * heartbeatMs,
     failingForSeconds: failing.length ? Math.max(...failing) : null,
     repairPending: conditions.some((c) => c.status === 'False'),
     quarantined: quarantine !== null,
@@ -85,13 +117,21 @@ export function formatDuration(seconds: number): string {
 
 const COLOUR = { True: '\x1b[32m', False: '\x1b[31m', Unknown: '\x1b[33m', reset: '\x1b[0m' } as const;
 
+/** The HEARTBEAT cell: the age of the last heartbeat, with STALE when the agent has stopped writing. */
+function heartbeatCell(r: NodeStatus): { text: string; status?: string } {
+  if (r.heartbeatAgeSeconds === null) return { text: '-' };
+  const age = formatDuration(r.heartbeatAgeSeconds);
+  return r.stale ? { text: `${age} STALE`, status: 'Unknown' } : { text: age };
+}
+
 /** A fixed-width table; cells are coloured by condition status when `colour` is set. */
 export function formatTable(rows: NodeStatus[], types: readonly string[], colour: boolean): string {
-  const header = ['NODE', ...types, 'FAILING FOR', 'REPAIR', 'QUARANTINE'];
+  const header = ['NODE', 'HEARTBEAT', ...types, 'FAILING FOR', 'REPAIR', 'QUARANTINE'];
   const cells: { text: string; status?: string }[][] = rows.map((r) => {
     const by = new Map(r.conditions.map((c) => [c.type, c]));
     return [
       { text: r.node },
+      heartbeatCell(r),
       ...types.map((t) => {
         const c = by.get(t);
         if (!c) return { text: '-' };
@@ -115,10 +155,28 @@ export function formatTable(rows: NodeStatus[], types: readonly string[], colour
   return [line(header.map((text) => ({ text }))), ...cells.map(line)].join('\n') + '\n';
 }
 
-export async function readFleet(core: CoreApi, types: readonly string[], selector?: string): Promise<NodeStatus[]> {
+export async function readFleet(
+  core: CoreApi,
+  types: readonly string[],
+  selector?: string,
+  heartbeatMs = DEFAULT_HEARTBEAT_MS,
+): Promise<NodeStatus[]> {
   const list = await core.listNode(selector ? { labelSelector: selector } : {});
   const now = Date.now();
-  return list.items.map((n) => nodeStatus(n, types, now)).sort((a, b) => a.node.localeCompare(b.node));
+  return list.items.map((n) => nodeStatus(n, types, now, heartbeatMs)).sort((a, b) => a.node.localeCompare(b.node));
+}
+
+/** kubectl's --server forms: a URL, or host:port (https, as kubectl does with TLS settings). */
+export function serverUrl(text: string): string | undefined {
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : `https://${text}`;
+  let url: URL;
+  try {
+    url = new URL(withScheme);
+  } catch {
+    return undefined;
+  }
+  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !url.hostname) return undefined;
+  return withScheme;
 }
 
 export async function runStatusCommand(opts: StatusOptions): Promise<number> {
@@ -133,10 +191,26 @@ export async function runStatusCommand(opts: StatusOptions): Promise<number> {
     process.stderr.write(`vigil status: --interval must be a number of seconds, not ${opts.interval}\n`);
     return 2;
   }
+  const heartbeatMs = opts.heartbeatInterval === undefined ? DEFAULT_HEARTBEAT_MS : parseDuration(opts.heartbeatInterval);
+  if (heartbeatMs === undefined) {
+    process.stderr.write(
+      `vigil status: --heartbeat-interval must be a duration such as 5m or 90s (0: never STALE), not ${opts.heartbeatInterval}\n`,
+    );
+    return 2;
+  }
+  const server = opts.server === undefined ? undefined : serverUrl(opts.server);
+  if (opts.server !== undefined && !server) {
+    process.stderr.write(`vigil status: --server must be an http(s) URL or host:port, not ${opts.server}\n`);
+    return 2;
+  }
+  if (opts.context === '') {
+    process.stderr.write('vigil status: --context must not be empty\n');
+    return 2;
+  }
   const colour = Boolean(process.stdout.isTTY) && !process.env.NO_COLOR && !opts.json;
   let core: CoreApi;
   try {
-    core = makeClients(opts.kubeconfig).core;
+    core = makeClients(opts.kubeconfig, { ...(opts.context ? { context: opts.context } : {}), ...(server ? { server } : {}) }).core;
   } catch (err) {
     process.stderr.write(`vigil status: cannot load the kubeconfig: ${errorMessage(err)}\n`);
     return 2;
@@ -145,7 +219,7 @@ export async function runStatusCommand(opts: StatusOptions): Promise<number> {
   for (;;) {
     let out: string;
     try {
-      const rows = await readFleet(core, types, opts.selector);
+      const rows = await readFleet(core, types, opts.selector, heartbeatMs);
       out = opts.json ? JSON.stringify(rows) + '\n' : formatTable(rows, types, colour);
     } catch (err) {
       process.stderr.write(`vigil status: cannot list nodes: ${errorMessage(err)}\n`);

@@ -182,12 +182,20 @@ const enc = encodeURIComponent;
 /** client-node's default for a patch without a Content-Type. */
 const JSON_PATCH = 'application/json-patch+json';
 
-export function makeClients(kubeconfig?: string): KubeClients {
+/**
+ * `context` and `server` act as kubectl's --context and --server: another context of the
+ * kubeconfig, and another API server address for its cluster (same credentials and CA).
+ */
+export function makeClients(kubeconfig?: string, override: { context?: string; server?: string } = {}): KubeClients {
   const kc = new k8s.KubeConfig();
   if (kubeconfig) kc.loadFromFile(kubeconfig);
-  else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
+  else if (!override.context && process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
   else kc.loadFromDefault();
-  const server = kc.getCurrentCluster()?.server;
+  if (override.context) {
+    if (!kc.getContextObject(override.context)) throw new Error(`context "${override.context}" does not exist`);
+    kc.setCurrentContext(override.context);
+  }
+  const server = override.server ?? kc.getCurrentCluster()?.server;
   if (!server) throw new Error('the kubeconfig has no current cluster');
   const rest = new Rest(kc, server);
   const patch = <T>(path: string, body: object, o?: RequestOptions) =>
