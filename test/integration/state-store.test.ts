@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startAgent, uniquePci, writeKmsg, type AgentProcess } from '../helpers/agent-process.ts';
+import { StateStore } from '../../src/state/index.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -208,4 +209,83 @@ test('an unreadable boot id stops the agent at start with a message naming /proc
   assert.equal(run.code, 2, run.output);
   assert.match(run.output, /vigil cannot start: the boot id in \/proc\/sys\/kernel\/random\/boot_id is empty/);
   assert.equal(existsSync(path.join(dir, 'state.json')), false);
+});
+
+test('a full state disk at start: the agent runs and detects, /healthz is 503 and the failure counted, and the state is saved once there is room', async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-state-'));
+  const mnt = path.join(dir, 'disk');
+  mkdirSync(mnt);
+  const running: AgentProcess[] = [];
+  // One hook, in this order: the agent holds files on the disk, the disk is in the directory.
+  t.after(async () => {
+    for (const r of running) await r.stop();
+    spawnSync('umount', [mnt], { stdio: 'ignore' });
+    rmSync(dir, { recursive: true, force: true });
+  });
+  if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mnt], { stdio: 'ignore' }).status !== 0) {
+    return t.skip('needs mount (root with CAP_SYS_ADMIN)');
+  }
+  // Filled to the last block: no file can take a byte (dd stops at ENOSPC, exit 1).
+  spawnSync('dd', ['if=/dev/zero', `of=${path.join(mnt, 'fill')}`, 'bs=4k'], { stdio: 'ignore' });
+  const stateDir = path.join(mnt, 'state');
+  const a = await startAgent(['--standalone', '--state-dir', stateDir, '--config', config(dir, 'kernelLog: {lookback: "0"}\n')]);
+  running.push(a);
+
+  const failed = await until(async () => {
+    const h = await healthz(a);
+    return h.body.components.state?.state === 'failed' ? h : undefined;
+  }, '/healthz shows the state store failed');
+  assert.equal(failed.status, 503);
+  assert.match(failed.body.components.state.message, /ENOSPC.*next try in/);
+  assert.ok((await writeFailures(a)) >= 1, 'vigil_state_write_failures_total counts it');
+
+  const pci = uniquePci();
+  writeKmsg(xid79(pci));
+  await until(async () => {
+    const c = (await a.get('/conditions')) as Conditions;
+    return c.conditions.some((x) => x.active.some((p) => p.entity === `gpu:${pci}`)) ? true : undefined;
+  }, 'the fault is detected and served while the disk is full');
+
+  rmSync(path.join(mnt, 'fill'));
+  await until(async () => ((await healthz(a)).body.components.state?.state === 'ok' ? true : undefined), 'a retry saves the state');
+  assert.ok(readFileSync(path.join(stateDir, 'state.json'), 'utf8').includes(`gpu:${pci}`), 'the fault is in the saved state');
+  assert.ok(readFileSync(path.join(stateDir, 'vigil.lock'), 'utf8').includes(String(a.child.pid)), 'the lock names the agent');
+});
+
+test('a state directory deleted under a running agent and taken by another: the running agent writes nothing into it and says who holds it', async (t) => {
+  const dir = tmp(t);
+  const stateDir = path.join(dir, 'state');
+  const a = await agent(t, ['--state-dir', stateDir, '--config', config(dir, 'engine: {tick: 200ms}\nkernelLog: {lookback: "0"}\n')]);
+  await until(() => (existsSync(path.join(stateDir, 'state.json')) ? true : undefined), 'the agent saved');
+  // The other agent's part is played by a StateStore in this process (the same lock code); it takes
+  // the new directory at once, before the running agent's next write.
+  rmSync(stateDir, { recursive: true });
+  const other = new StateStore(stateDir, {
+    bootId: 'other',
+    checkMs: 0,
+    collect: () => ({ version: 1, kmsgCursor: { bootId: 'other', seq: 1 } }),
+  });
+  let otherOpen = true;
+  t.after(() => void (otherOpen && other.close()));
+  other.load();
+  assert.ok(other.flush());
+  const others = readFileSync(other.file, 'utf8');
+
+  // A change the running agent must save.
+  const pci = uniquePci();
+  writeKmsg(xid79(pci));
+  await a.waitFor((l) => l.reason === 'NvidiaXID79Error' && l.entity === `gpu:${pci}`);
+  const failed = await until(async () => {
+    const h = await healthz(a);
+    return h.body.components.state?.state === 'failed' ? h : undefined;
+  }, '/healthz shows the state store cannot save');
+  assert.equal(failed.status, 503);
+  assert.match(failed.body.components.state.message, new RegExp(`in use by another Vigil agent \\(pid ${process.pid}`));
+  await new Promise((r) => setTimeout(r, 500)); // engine ticks: more tries to save
+  assert.equal(readFileSync(other.file, 'utf8'), others, "the other's state.json was never written by the running agent");
+
+  other.close();
+  otherOpen = false;
+  await until(async () => ((await healthz(a)).body.components.state?.state === 'ok' ? true : undefined), 'the agent takes it back');
+  assert.ok(readFileSync(path.join(stateDir, 'state.json'), 'utf8').includes(`gpu:${pci}`));
 });
