@@ -184,7 +184,9 @@ const sxid: KernelRule = {
   },
 };
 
-const PROC_PID = /(\S+)\[(\d+)\]/;
+// Bounded runs (a comm is at most 15 characters): an unbounded \S+ at every start of a long
+// non-space run takes time quadratic in the line on V8's backtracking engine.
+const PROC_PID = /(\S{1,64})\[(\d{1,10})\]/;
 const ncclCrash: KernelRule = {
   name: 'nvidia-nccl-crash',
   keywords: ['libnccl'],
@@ -255,7 +257,7 @@ const appBlocked: KernelRule = {
   },
 };
 
-const SEGFAULT = /(\S+)\[(\d+)\]: segfault at /;
+const SEGFAULT = /(\S{1,64})\[(\d{1,10})\]: segfault at /;
 const TRAP = /traps: (\S+)\[(\d+)\] /;
 const appCrash: KernelRule = {
   name: 'app-crash',
@@ -370,7 +372,7 @@ const cper: KernelRule = {
 };
 
 const AER =
-  /(?:(\S+) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: severity=(Corrected|Correctable|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))(?:, type=([A-Za-z ]+))?/;
+  /(?:(\S{1,64}) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: severity=(Corrected|Correctable|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))(?:, type=([A-Za-z ]+))?/;
 const aer: KernelRule = {
   name: 'pcie-aer',
   keywords: ['PCIe Bus Error'],
@@ -410,7 +412,7 @@ const aer: KernelRule = {
 // Uncorrected (Fatal) error received: id=0010", 5.x "AER: Uncorrected (Non-Fatal) error received:
 // 0000:00:00.0", 6.x "AER: Uncorrectable (Fatal) error message received from 0000:80:1b.4".
 const AER_HEAD =
-  /(?:(\S+) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): AER: (Multiple )?Uncorrect(?:ed|able) \((Non-Fatal|Fatal)\) error (?:message )?received(?: from|:) (?:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|id=([0-9a-fA-F]{4}))/;
+  /(?:(\S{1,64}) )?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): AER: (Multiple )?Uncorrect(?:ed|able) \((Non-Fatal|Fatal)\) error (?:message )?received(?: from|:) (?:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|id=([0-9a-fA-F]{4}))/;
 const aerHead: KernelRule = {
   name: 'pcie-aer-received',
   keywords: ['Uncorrect'],
@@ -564,13 +566,16 @@ const xfsError: KernelRule = {
   },
 };
 
-const RO_REMOUNT = /(?:\S+ \(([^)]+)\): )?Remounting filesystem read-only/;
-const BTRFS_RO = /BTRFS.*\(device ([^)]+)\).*forced readonly/;
+const RO_REMOUNT = /(?:\S{1,64} \(([^)]{1,64})\): )?Remounting filesystem read-only/;
+// Searched only before the last "forced readonly" (found by indexOf): a `.*` between two parts
+// would take time quadratic in a line that repeats the first part.
+const BTRFS_RO = /BTRFS.{0,64}?\(device ([^)]{1,64})\)/;
 const readOnly: KernelRule = {
   name: 'filesystem-read-only',
   keywords: ['Remounting filesystem read-only', 'forced readonly'],
   match(msg) {
-    const m = RO_REMOUNT.exec(msg) ?? BTRFS_RO.exec(msg);
+    const ro = msg.lastIndexOf('forced readonly');
+    const m = RO_REMOUNT.exec(msg) ?? (ro > 0 ? BTRFS_RO.exec(msg.slice(0, ro)) : null);
     if (!m) return null;
     const dev = m[1];
     return {

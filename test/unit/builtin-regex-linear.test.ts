@@ -1,0 +1,107 @@
+/**
+ * Issue #22, point 7: built-in patterns stay on V8's backtracking engine, so each must take time
+ * linear in the line. Proof by search: every fixture line is "pumped" (one or two of its
+ * characters repeated until the line is long, with and without the rest of the line after them,
+ * which is how super-linear backtracking is found) and run through the classifier and the log
+ * parsers at two lengths, 8x apart. Linear work grows about 8x, quadratic 64x; a case that grows
+ * more than 24x, and takes more than 2 ms, is measured again and fails the test (a quadratic rule
+ * takes about 50 ms on the long line).
+ * No absolute speed is asserted: only how the time grows with the line.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { detectFormat, parseKmsgRecord, parseLine } from '../../src/sources/kmsg/parse.ts';
+
+const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
+const SHORT = 1024;
+const LONG = SHORT * 8;
+/** Growth above this (8x is linear, 64x quadratic) marks a case as super-linear. */
+const MAX_GROWTH = 24;
+/** Below this the timer's noise dominates: such a case is linear enough for any line the kernel writes. */
+const NOISE_MS = 2;
+
+function lines(name: string): string[] {
+  return readFileSync(path.join(FIXTURES, name), 'utf8')
+    .split('\n')
+    .filter((l) => l !== '' && !l.startsWith('#'));
+}
+
+/** Every pumped variant of `s`: a run of one or two of its characters, about `n` long, at each position. */
+function* pumped(s: string, n: number): Generator<{ at: number; sub: string; line: string }> {
+  // The same run after the same eight characters behaves the same: tried once.
+  const tried = new Set<string>();
+  for (let at = 0; at < s.length; at++) {
+    for (const len of [1, 2]) {
+      const sub = s.slice(at, at + len);
+      const key = `${s.slice(Math.max(0, at - 8), at)}|${sub}`;
+      if (sub.length < len || tried.has(key)) continue;
+      tried.add(key);
+      const run = sub.repeat(Math.ceil(n / len));
+      yield { at, sub, line: s.slice(0, at) + run + s.slice(at + len) };
+      yield { at, sub, line: s.slice(0, at) + run };
+    }
+  }
+}
+
+function timeMs(f: () => void, runs: number): number {
+  let best = Infinity;
+  for (let i = 0; i < runs; i++) {
+    const t = process.hrtime.bigint();
+    f();
+    best = Math.min(best, Number(process.hrtime.bigint() - t) / 1e6);
+  }
+  return best;
+}
+
+/** The cases whose time grows super-linearly from SHORT to LONG, as "sample | pumped part: growth". */
+function superLinear(samples: readonly string[], run: (line: string) => void): string[] {
+  const bad: string[] = [];
+  for (const s of samples) {
+    const short = [...pumped(s, SHORT)];
+    const long = [...pumped(s, LONG)];
+    for (let i = 0; i < short.length; i++) {
+      const t1 = timeMs(() => run(short[i].line), 1);
+      const t2 = timeMs(() => run(long[i].line), 1);
+      if (t2 < NOISE_MS || t2 < MAX_GROWTH * t1) continue;
+      // Suspect: measure again, best of five, so a GC pause or another process is not blamed.
+      const r1 = timeMs(() => run(short[i].line), 5);
+      const r2 = timeMs(() => run(long[i].line), 5);
+      if (r2 >= NOISE_MS && r2 >= MAX_GROWTH * r1) {
+        bad.push(`${s.slice(0, 60)} | "${short[i].sub}" repeated at ${short[i].at}: ${r1.toFixed(2)} ms -> ${r2.toFixed(2)} ms`);
+        break; // one case per sample line is proof enough, and keeps a failing run short
+      }
+    }
+  }
+  return bad;
+}
+
+test('every built-in kernel-log rule takes time linear in the line, on every pumped fault and benign line', () => {
+  const samples = [...lines('faults.tsv').map((l) => l.split('\t')[2]), ...lines('benign.txt')];
+  assert.ok(samples.length > 100, 'the fixtures hold the fault and benign lines');
+  let at = 0;
+  const classifier = new KernelLogClassifier();
+  const bad = superLinear(samples, (message) => void classifier.classify({ message }, (at += 1000)));
+  assert.deepEqual(bad, [], 'super-linear cases');
+});
+
+test('the log parsers (kmsg records, dmesg and syslog lines) take time linear in the line', () => {
+  const raw = lines('raw-records.txt');
+  assert.deepEqual(
+    superLinear(raw, (l) => void parseKmsgRecord(l)),
+    [],
+    'kmsg records',
+  );
+  for (const name of ['dmesg.txt', 'dmesg-T.txt', 'syslog.txt']) {
+    const ls = lines(name);
+    const format = detectFormat(ls);
+    assert.deepEqual(
+      superLinear(ls, (l) => void parseLine(l, format)),
+      [],
+      `${name} (${format})`,
+    );
+  }
+});
