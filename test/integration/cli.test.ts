@@ -156,8 +156,29 @@ test('check-config and run refuse every value that would break run, naming each 
     }
     assert.match(r.err, /is a regular file/);
   }
-  const rules = file('slow-rules.yaml', 'rules:\n  - {name: slow, pattern: "(a|a)*$", reason: SoftLockup}\n');
-  const r = vigil(['check-config', file('slow.yaml', `kernelLog:\n  userRules: [${rules}]\n`)]);
+});
+
+test('check-config and run refuse a user rule RE2 cannot run (lookaround, backreference), naming the file, the rule and the field', () => {
+  // User patterns are RE2 syntax (linear time): lookaround and backreferences do not exist there.
+  const rules = file(
+    're2-rules.yaml',
+    'rules:\n  - {name: ok, pattern: "(.*a){20}x", reason: SoftLockup}\n  - {name: look, pattern: "mlx5(?!_core)", reason: SoftLockup}\n',
+  );
+  const cfg = file('re2.yaml', `kernelLog:\n  userRules: [${rules}]\n`);
+  for (const args of [
+    ['check-config', cfg],
+    ['run', '--standalone', '--config', cfg],
+  ]) {
+    const r = vigil(args);
+    assert.equal(r.code, 2, args[0]);
+    assert.match(
+      r.err,
+      /re2-rules\.yaml: rule 1 \(look\): field "pattern": lookahead and lookbehind .* not supported: patterns are RE2 syntax/,
+      args[0],
+    );
+  }
+  const backref = file('backref-rules.yaml', '- {name: twice, pattern: "(\\\\w+) \\\\1", reason: SoftLockup}\n');
+  const r = vigil(['check-config', file('backref.yaml', `kernelLog:\n  userRules: [${backref}]\n`)]);
   assert.equal(r.code, 2);
-  assert.match(r.err, /slow-rules\.yaml: rule 0 \(slow\): field "pattern": catastrophic backtracking/);
+  assert.match(r.err, /backref-rules\.yaml: rule 0 \(twice\): field "pattern": backreferences/);
 });
