@@ -205,7 +205,8 @@ export class Agent {
       source: (r) => {
         this.engine.source(r);
         if (r.up) this.health.set(r.component, 'ok', 'sees');
-        else this.health.set(r.component, 'failed', `cannot see (${r.reason ?? 'unavailable'}): ${r.message ?? ''}`);
+        // The engine's message, as refreshHealth() sets it: one text, so the failure is logged once.
+        else this.health.set(r.component, 'failed', r.message ?? `${r.component} cannot see`);
         saveIfChanged();
       },
     };

@@ -27,9 +27,20 @@ const FAST_RETRY = 'sourceRetry: {initial: 100ms, max: 400ms}\n';
 const HOST_CHECKS_OFF =
   'monitors:\n  kernel: {enabled: false}\n  networking: {enabled: false}\n  storage: {enabled: false}\n  runtime: {enabled: false}\n';
 
-function tmp(t: { after: (fn: () => void) => void }): string {
+/** Agents of the running test: stopped before its directories are removed (they write state until they exit). */
+const running = new Set<AgentProcess>();
+
+async function stopAgents(): Promise<void> {
+  for (const a of running) await a.stop();
+  running.clear();
+}
+
+function tmp(t: { after: (fn: () => Promise<void>) => void }): string {
   const dir = mkdtempSync(path.join(tmpdir(), 'vigil-recover-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  t.after(async () => {
+    await stopAgents();
+    rmSync(dir, { recursive: true, force: true });
+  });
   return dir;
 }
 
@@ -43,7 +54,8 @@ async function agent(
   const config = path.join(dir, 'vigil.yaml');
   writeFileSync(config, yaml);
   const a = await startAgent(['--standalone', '--state-dir', dir, '--config', config], env, opts);
-  t.after(async () => void (await a.stop()));
+  running.add(a);
+  t.after(stopAgents);
   return a;
 }
 
@@ -142,7 +154,10 @@ test('a kernel log the agent may not read (uid 65534, FIFO mode 0600): KernelRea
 
 test('an NVML library that is not there at start and appears later: AcceleratedHardwareReady leaves Unknown within the retry backoff, long before the next 5-minute poll', async (t) => {
   const env = new FakeNvmlEnv(2);
-  t.after(() => env.cleanup());
+  t.after(async () => {
+    await stopAgents();
+    env.cleanup();
+  });
   const libDir = path.join(env.dir, 'driver-not-mounted-yet');
   const library = path.join(libDir, 'libnvidia-ml.so.1');
   const stateDir = path.join(env.dir, 'state');
@@ -162,6 +177,7 @@ test('an NVML library that is not there at start and appears later: AcceleratedH
   assert.match(blind.message, /NVML cannot be loaded/);
   assert.equal((await a.fetch('/healthz')).status, 503);
   await sleep(1000);
+  assert.equal(a.lines.filter((l) => l.event === 'health' && l.component === 'gpu' && l.state === 'failed').length, 1, 'logged once');
 
   mkdirSync(libDir);
   symlinkSync(env.libraryPath, library);
