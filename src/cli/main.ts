@@ -109,6 +109,10 @@ export function buildProgram(): Command {
     .option('--categories <list>', 'comma-separated: kernel, gpu, vigil, network, storage, runtime, system (default: all)')
     .option('--since <duration>', 'journal span for the runtime category, e.g. 2h')
     .option('--timeout <duration>', 'give up waiting after this long', '15m')
+    .option(
+      '--bundle <name>',
+      'download this bundle already kept on the node (e.g. an automatic capture, named in its Event) instead of capturing',
+    )
     .action(async (nodes: string[], opts: LogsOptions) => {
       const { runLogsCommand } = await import('./logs-command.ts');
       process.exitCode = await runLogsCommand(nodes, opts);
@@ -116,10 +120,6 @@ export function buildProgram(): Command {
 
   program
     .command('gpu')
-    .option(
-      '--bundle <name>',
-      'download this bundle already kept on the node (e.g. an automatic capture, named in its Event) instead of capturing',
-    )
     .description("print the NVIDIA GPU inventory and every NVML check's current result")
     .option('--json', 'machine-readable output')
     .option('--library <path>', 'NVML library to load (default libnvidia-ml.so.1)')

@@ -224,6 +224,7 @@ export function makeClients(kubeconfig?: string, override: { context?: string; s
     custom: {
       listClusterCustomObject: (p, o) => rest.request('GET', custom(p), { fieldSelector: p.fieldSelector }, undefined, o),
       patchClusterCustomObjectStatus: (p, o) => patch(`${custom(p)}/${enc(p.name)}/status`, p.body, o),
+      patchClusterCustomObject: (p, o) => patch(`${custom(p)}/${enc(p.name)}`, p.body, o),
       getClusterCustomObject: (p, o) => rest.request('GET', `${custom(p)}/${enc(p.name)}`, {}, undefined, o),
       createClusterCustomObject: (p, o) => rest.request('POST', custom(p), {}, p.body, o),
       deleteClusterCustomObject: (p, o) => rest.request('DELETE', `${custom(p)}/${enc(p.name)}`, {}, undefined, o),
@@ -232,7 +233,6 @@ export function makeClients(kubeconfig?: string, override: { context?: string; s
     server,
   };
 }
-      patchClusterCustomObject: (p, o) => patch(`${custom(p)}/${enc(p.name)}`, p.body, o),
 
 export interface ApiFailure {
   /** HTTP status, or 0 when the server could not be reached or timed out. */
