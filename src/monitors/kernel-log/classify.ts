@@ -239,8 +239,9 @@ export class KernelLogClassifier {
 
   private user(r: UserRule, msg: string, at: number): Finding | null {
     if (r.contains && !r.contains.some((c) => msg.includes(c))) return null;
-    const m = r.re.exec(msg);
-    if (!m) return null;
+    if (!r.re.test(msg)) return null;
+    // Groups only for a template that takes them: tracking them costs more than the match.
+    const m = r.entity?.includes('{') || r.message?.includes('{') ? r.re.exec(msg) : null;
     const text = this.logText(msg);
     const f: Finding = {
       reason: r.reason,

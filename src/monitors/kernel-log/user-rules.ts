@@ -139,9 +139,9 @@ function defaultRecovery(sev: Severity): Recovery {
 }
 
 /** Fills `{name}` / `{1}` from the match's capture groups (missing ones become empty). */
-export function fillGroups(template: string, m: RegExpExecArray): string {
+export function fillGroups(template: string, m: RegExpExecArray | null): string {
   return template.replace(/\{(\w+)\}/g, (_all, key: string) => {
-    const v = /^\d+$/.test(key) ? m[Number(key)] : m.groups?.[key];
+    const v = /^\d+$/.test(key) ? m?.[Number(key)] : m?.groups?.[key];
     return v ?? '';
   });
 }
