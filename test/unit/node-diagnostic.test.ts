@@ -5,6 +5,7 @@
  * resolver and connector so nothing leaves the machine), the token and the sealed destination
  * (points 2 and 3), and the diagnostics configuration section.
  */
+import '../helpers/loopback-only.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
