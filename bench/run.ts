@@ -22,7 +22,11 @@ const benches: Record<string, () => Promise<Bench>> = {
   corpus: async () => (await import('./corpus.ts')).benchCorpus,
   karpenter: async () => (await import('./karpenter.ts')).benchKarpenter,
   conns: async () => (await import('./conns.ts')).benchConns,
+  userrules: async () => (await import('./userrules.ts')).benchUserRules,
 };
+
+/** Benches that time code in this process, not the agent: they need no dist/ build. */
+const IN_PROCESS = new Set(['kmsg', 'userrules']);
 
 const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
@@ -36,7 +40,7 @@ try {
 }
 
 // The benches that start the agent time the bundle a node runs (dist/), built now.
-const fromDist = buildDist((msg) => process.stderr.write(msg + '\n'));
+const fromDist = names.every((n) => IN_PROCESS.has(n)) ? undefined : buildDist((msg) => process.stderr.write(msg + '\n'));
 
 let failed = 0;
 for (const name of names) {
@@ -58,7 +62,7 @@ for (const name of names) {
   }
 }
 results.measured_at = new Date().toISOString();
-results.vigil_from_dist = fromDist ? 1 : 0;
+if (fromDist !== undefined) results.vigil_from_dist = fromDist ? 1 : 0;
 mkdirSync(path.dirname(out), { recursive: true });
 writeFileSync(out, JSON.stringify(results, null, 2) + '\n');
 process.stderr.write(`wrote ${out}\n`);

@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MAX_PROGRAM_SIZE, UserRegex } from '../../src/config/regex.ts';
+import { DFA_MAX_MEM, MAX_PROGRAM_SIZE, UserRegex } from '../../src/config/regex.ts';
 import { Escalator } from '../../src/engine/escalation.ts';
 import { NpdMatcher, parseNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
 
@@ -79,6 +79,10 @@ test('NPD patterns run as Go RE2 syntax, including the flags and groups the Java
     () => parseNpdConfig(JSON.stringify({ rules: [{ type: 'temporary', reason: 'Look', pattern: 'a(?=b)' }] }), 'npd.json'),
     /npd\.json: rules\[0\] \(Look\): field "pattern": lookahead and lookbehind/,
   );
+});
+
+test('each pattern has the automaton memory bound, not the 8 MiB default of re2js', () => {
+  assert.equal(UserRegex.compile('mlx5_core (\\S+)').dfaMaxMem, DFA_MAX_MEM);
 });
 
 test('a pattern over the program size bound is refused, and one just under it is accepted', () => {

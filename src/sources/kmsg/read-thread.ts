@@ -28,6 +28,7 @@
 import { closeSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
+import { DFA_MAX_MEM } from '../../config/regex.ts';
 import { libc, pollWorkerLibc } from '../../native/index.ts';
 
 /**
@@ -35,9 +36,6 @@ import { libc, pollWorkerLibc } from '../../native/index.ts';
  * syntax (flags inline), which the thread runs on RE2 too, so no pattern can stall it.
  */
 export type KeepPattern = RegExp | { readonly re2Source: string };
-
-/** DFA memory per configured keep pattern in the thread (its heap is 16 MiB); past it RE2 steps without a cache. */
-const KEEP_RE2_MAX_MEM = 256 * 1024;
 
 /** In kernel order: a string is a record's raw text, a number the seq of a record shed under load. */
 export type ReadItem = string | number;
@@ -87,11 +85,12 @@ const poll = koffi.load(d.libc.soname).func(d.libc.poll);
 const POLLIN = 0x1, POLLNVAL = 0x20, EINTR = 4;
 const shared = new Int32Array(d.shared);
 const keep = d.keep.filter((k) => k.re2 === undefined).map((k) => new RegExp(k.source, k.flags.replace(/[gy]/g, '')));
-// Configured patterns: RE2 (re2js), linear time. A one-pattern RE2Set takes a DFA memory bound.
+// Configured patterns: RE2 (re2js), linear time. A one-pattern RE2Set takes the DFA memory bound
+// (the thread's heap is 16 MiB).
 const re2Keep = d.keep.filter((k) => k.re2 !== undefined);
 const RE2Set = re2Keep.length ? require(d.re2jsPath).RE2Set : undefined;
 const keepRe2 = re2Keep.map((k) => {
-  const set = new RE2Set(RE2Set.UNANCHORED, 0, ${KEEP_RE2_MAX_MEM});
+  const set = new RE2Set(RE2Set.UNANCHORED, 0, ${DFA_MAX_MEM});
   set.add(k.re2);
   set.compile();
   return set;
