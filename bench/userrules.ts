@@ -12,9 +12,12 @@
  *  - user_rule_max_program_ms_per_line: the same kind of pattern at the program size bound
  *    (MAX_PROGRAM_SIZE): what any accepted pattern costs at most, about.
  *
- * Run alone: `npx tsx bench/userrules.ts` (prints every pattern's figure).
+ * Measured in a child process with the V8 flags the agent runs with (bin/vigil.js: interpreter
+ * only, no optimizing compiler), which make re2js (JavaScript) several times slower than with them.
+ * Run alone: `npx tsx bench/userrules.ts` (prints every pattern's figure; `--here` skips the child).
  */
-import { pathToFileURL } from 'node:url';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { regexProblem, UserRegex } from '../src/config/regex.ts';
 import { KernelLogClassifier } from '../src/monitors/kernel-log/classify.ts';
 import { parseUserRules } from '../src/monitors/kernel-log/user-rules.ts';
@@ -80,7 +83,19 @@ function largestBlowUp(): string {
   return `[ab]*a[ab]{${n}}x`;
 }
 
-export function benchUserRules(log: (msg: string) => void = () => {}): Record<string, number> {
+/** The agent's V8 flags (bin/vigil.js). */
+const AGENT_V8_FLAGS = ['--no-opt', '--no-sparkplug', '--max-semi-space-size=1'];
+
+/** Runs the measurement in a child with the agent's V8 flags; its per-pattern lines go to stderr. */
+export function benchUserRules(): Record<string, number> {
+  const out = execFileSync(process.execPath, [...AGENT_V8_FLAGS, '--import', 'tsx', fileURLToPath(import.meta.url), '--json'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    encoding: 'utf8',
+  });
+  return JSON.parse(out) as Record<string, number>;
+}
+
+export function measureUserRules(log: (msg: string) => void = () => {}): Record<string, number> {
   const measure = (c: Case) => {
     const miss = perLine(classifier(c.pattern, false), c.miss, false);
     const hit = perLine(classifier(c.pattern, false), c.hit, true);
@@ -108,5 +123,7 @@ export function benchUserRules(log: (msg: string) => void = () => {}): Record<st
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  console.log(benchUserRules((m) => console.log(m)));
+  if (process.argv.includes('--json')) console.log(JSON.stringify(measureUserRules((m) => process.stderr.write(`${m}\n`))));
+  else if (process.argv.includes('--here')) console.log(measureUserRules((m) => console.log(m)));
+  else console.log(benchUserRules());
 }

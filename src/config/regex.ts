@@ -14,17 +14,18 @@ import * as z from 'zod';
 import { errorMessage } from '../util/errors.ts';
 
 /**
- * Compiled instructions a pattern may take. Matching costs up to about 20-40 ns per character and
- * instruction on a line that defeats RE2's automaton cache (measured with re2js 2.10), so this
- * bounds any accepted pattern to some tens of milliseconds on a 4 KiB line.
+ * Compiled instructions a pattern may take (real rules take 20 to 100). Matching a line that keeps
+ * RE2's automaton from caching costs time in proportion to line and program; with the agent's V8
+ * flags (interpreter only: bin/vigil.js) the worst pattern this allows costs about 0.2 s on a 4 KiB
+ * line (bench/userrules.ts).
  */
-export const MAX_PROGRAM_SIZE = 500;
+export const MAX_PROGRAM_SIZE = 250;
 
 /**
  * Memory for each pattern's lazily built automaton (re2js's default is 8 MiB). Past it RE2 drops
  * the cache and, on a line that keeps needing new states, runs its NFA: this bounds both the memory
  * a rule can take and how long an adversarial line spends building states (measured on a 4 KiB
- * line of the worst pattern the size bound allows: 86 ms with 8 MiB, 20 ms with 256 KiB).
+ * line of a 500-instruction pattern with V8's optimizing compiler: 86 ms with 8 MiB, 20 ms with 256 KiB).
  */
 export const DFA_MAX_MEM = 256 * 1024;
 
