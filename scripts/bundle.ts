@@ -12,7 +12,7 @@
  * and the diagnostics child, which are started by file); code shared or imported lazily goes into
  * dist/chunks/, so what `run` does not use (other commands, diagnostics, quarantine) is never
  * loaded. koffi stays external (native code), and so do the modules src/ loads through
- * createRequire (regex analysers), which esbuild leaves alone: node_modules ships as before.
+ * createRequire (re2js in the kmsg read thread), which esbuild leaves alone: node_modules ships as before.
  *
  * `import.meta.url` in a source file is replaced by the URL that file would have in dist/, so
  * paths derived from it (the worker beside the NVML client, package.json, the diagnostics child)
