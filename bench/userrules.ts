@@ -10,7 +10,12 @@
  *  - user_rule_dfa_blowup_ms_per_line: `[ab]*a[ab]{20}x` on random lines, which needs a new automaton
  *    state at nearly every character (adversarial to RE2 itself);
  *  - user_rule_max_program_ms_per_line: the same kind of pattern at the program size bound
- *    (MAX_PROGRAM_SIZE): what any accepted pattern costs at most, about.
+ *    (MAX_PROGRAM_SIZE): what any accepted pattern costs at most, about;
+ *  - user_rule_worst_case_re2js_ms_per_line: the first figure where native RE2 (npm `re2`, an
+ *    optional dependency) is missing and rules run on re2js (VIGIL_REGEX_ENGINE=re2js).
+ *
+ * The other figures are for the engine rules run on where native RE2 loads (each case's line says
+ * which); where it does not, they are re2js's (about 3 ms, 335 ms with groups, 30 ms and 220 ms).
  *
  * Measured in a child process with the V8 flags the agent runs with (bin/vigil.js: interpreter
  * only, no optimizing compiler), which make re2js (JavaScript) several times slower than with them.
@@ -51,7 +56,7 @@ export const ADVERSARIAL: readonly Case[] = [
 ];
 
 /** A pattern whose automaton needs a new state at nearly every character of a random line: adversarial to RE2 itself. */
-const BLOW_UP: Case = { pattern: '[ab]*a[ab]{20}x', miss: () => 'x' + ab(LINE - 1), hit: () => ab(LINE - 23) + 'a' + ab(20) + 'x' };
+export const BLOW_UP: Case = { pattern: '[ab]*a[ab]{20}x', miss: () => 'x' + ab(LINE - 1), hit: () => ab(LINE - 23) + 'a' + ab(20) + 'x' };
 
 function classifier(pattern: string, capture: boolean): KernelLogClassifier {
   const rule = {
@@ -88,19 +93,32 @@ const AGENT_V8_FLAGS = ['--no-opt', '--no-sparkplug', '--max-semi-space-size=1']
 
 /** Runs the measurement in a child with the agent's V8 flags; its per-pattern lines go to stderr. */
 export function benchUserRules(): Record<string, number> {
-  const out = execFileSync(process.execPath, [...AGENT_V8_FLAGS, '--import', 'tsx', fileURLToPath(import.meta.url), '--json'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    encoding: 'utf8',
-  });
-  return JSON.parse(out) as Record<string, number>;
+  const child = (args: string[], env: Record<string, string> = {}) =>
+    JSON.parse(
+      execFileSync(process.execPath, [...AGENT_V8_FLAGS, '--import', 'tsx', fileURLToPath(import.meta.url), '--json', ...args], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        encoding: 'utf8',
+        env: { ...process.env, ...env },
+      }),
+    ) as Record<string, number>;
+  const figures = child([]);
+  process.stderr.write('  re2js only (VIGIL_REGEX_ENGINE=re2js):\n');
+  const js = child(['--plain'], { VIGIL_REGEX_ENGINE: 're2js' });
+  return { ...figures, user_rule_worst_case_re2js_ms_per_line: js.user_rule_worst_case_ms_per_line };
 }
 
-export function measureUserRules(log: (msg: string) => void = () => {}): Record<string, number> {
+/** The engine a user rule with `pattern` runs on (native patterns are shared by source). */
+const engineOf = (pattern: string) => UserRegex.compile(pattern, '', { native: true }).engine;
+
+export function measureUserRules(log: (msg: string) => void = () => {}, plainOnly = false): Record<string, number> {
   const measure = (c: Case) => {
-    const miss = perLine(classifier(c.pattern, false), c.miss, false);
-    const hit = perLine(classifier(c.pattern, false), c.hit, true);
-    const capture = perLine(classifier(c.pattern, true), c.hit, true);
-    log(`  ${c.pattern}: ${miss.toFixed(3)} ms (no match), ${hit.toFixed(3)} ms (match), ${capture.toFixed(3)} ms (match, groups)`);
+    const plain = classifier(c.pattern, false);
+    const miss = perLine(plain, c.miss, false);
+    const hit = perLine(plain, c.hit, true);
+    const capture = plainOnly ? 0 : perLine(classifier(c.pattern, true), c.hit, true);
+    log(
+      `  ${c.pattern} (${engineOf(c.pattern)}): ${miss.toFixed(3)} ms (no match), ${hit.toFixed(3)} ms (match)${plainOnly ? '' : `, ${capture.toFixed(3)} ms (match, groups)`}`,
+    );
     return { plain: Math.max(miss, hit), capture };
   };
   let worst = 0;
@@ -110,10 +128,11 @@ export function measureUserRules(log: (msg: string) => void = () => {}): Record<
     worst = Math.max(worst, m.plain);
     worstCapture = Math.max(worstCapture, m.capture);
   }
+  if (plainOnly) return { user_rule_worst_case_ms_per_line: worst };
   const blowUp = measure(BLOW_UP);
   const big = largestBlowUp();
   const max = perLine(classifier(big, false), () => 'x' + ab(LINE - 1), false);
-  log(`  ${big} (${UserRegex.compile(big).programSize} instructions): ${max.toFixed(3)} ms (no match)`);
+  log(`  ${big} (${UserRegex.compile(big).programSize} instructions, ${engineOf(big)}): ${max.toFixed(3)} ms (no match)`);
   return {
     user_rule_worst_case_ms_per_line: worst,
     user_rule_worst_case_capture_ms_per_line: worstCapture,
@@ -123,7 +142,8 @@ export function measureUserRules(log: (msg: string) => void = () => {}): Record<
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  if (process.argv.includes('--json')) console.log(JSON.stringify(measureUserRules((m) => process.stderr.write(`${m}\n`))));
+  const plainOnly = process.argv.includes('--plain');
+  if (process.argv.includes('--json')) console.log(JSON.stringify(measureUserRules((m) => process.stderr.write(`${m}\n`), plainOnly)));
   else if (process.argv.includes('--here')) console.log(measureUserRules((m) => console.log(m)));
   else console.log(benchUserRules());
 }

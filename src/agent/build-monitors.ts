@@ -7,6 +7,7 @@ import type { VigilConfig } from '../config/load.ts';
 import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
 import { loadRuleFiles } from './rule-files.ts';
+import { NATIVE_MAX_PATTERNS, regexEngineInfo } from '../config/regex.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
 import { HostMonitors } from '../monitors/host-monitors.ts';
 import { WorkQueue } from '../scheduler/work-queue.ts';
@@ -112,6 +113,17 @@ function gpuEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor, queue
 function kernelLogEntry(config: VigilConfig, ctx: BuildContext, gpu: GpuMonitor | undefined): MonitorEntry {
   const k = config.kernelLog;
   const rules = loadRuleFiles(config);
+  const patterns = [...rules.userRules.map((r) => r.re), ...rules.npd.flatMap((c) => c.rules.map((r) => r.re))];
+  if (patterns.length > 0) {
+    // Decides each pattern's engine now (else at its first line), so the log says which runs them.
+    const native = patterns.filter((re) => re.engine === 're2').length;
+    const e = regexEngineInfo();
+    const why = e.why ?? (native < patterns.length ? `${e.fallbacks} answered differently, at most ${NATIVE_MAX_PATTERNS} native` : '');
+    ctx.log.info(
+      { event: 'user_rule_engine', nativeLoaded: e.loaded, native, patterns: patterns.length },
+      `kernel log: ${native} of ${patterns.length} user/NPD patterns run on native RE2${native < patterns.length ? `, the rest on re2js (${why})` : ''}`,
+    );
+  }
   const sysRoot = path.join(config.monitors.hostRoot, 'sys');
   const monitor = new KernelLogMonitor({
     ...(ctx.restored?.kmsgCursor ? { cursor: ctx.restored.kmsgCursor } : {}),

@@ -197,7 +197,7 @@ function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<str
   let re: UserRegex;
   try {
     // NPD matches `pattern + \z` with Go's RE2; so does this, with the same engine's port.
-    re = UserRegex.compile(`(?:${o.pattern})\\z`);
+    re = UserRegex.compile(`(?:${o.pattern})\\z`, '', { native: true });
   } catch (err) {
     throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
   }

@@ -107,7 +107,7 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   // RE2: one line costs linear time whatever the pattern, so no rule can stall the agent.
   let re: UserRegex;
   try {
-    re = UserRegex.compile(d.pattern, d.flags ?? '');
+    re = UserRegex.compile(d.pattern, d.flags ?? '', { native: true });
   } catch (err) {
     throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
   }

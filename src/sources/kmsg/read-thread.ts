@@ -28,14 +28,15 @@
 import { closeSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
-import { DFA_MAX_MEM } from '../../config/regex.ts';
+import { DFA_MAX_MEM, nativeRe2Path } from '../../config/regex.ts';
 import { libc, pollWorkerLibc } from '../../native/index.ts';
 
 /**
  * A pattern that keeps a record from being shed: a built-in RegExp, or a configured pattern in RE2
- * syntax (flags inline), which the thread runs on RE2 too, so no pattern can stall it.
+ * syntax (flags inline), which the thread runs on RE2 too, so no pattern can stall it: on native
+ * RE2 when the main thread runs it there (`nativeSource`), else on re2js.
  */
-export type KeepPattern = RegExp | { readonly re2Source: string };
+export type KeepPattern = RegExp | { readonly re2Source: string; readonly nativeSource?: string | undefined };
 
 /** In kernel order: a string is a record's raw text, a number the seq of a record shed under load. */
 export type ReadItem = string | number;
@@ -85,16 +86,22 @@ const poll = koffi.load(d.libc.soname).func(d.libc.poll);
 const POLLIN = 0x1, POLLNVAL = 0x20, EINTR = 4;
 const shared = new Int32Array(d.shared);
 const keep = d.keep.filter((k) => k.re2 === undefined).map((k) => new RegExp(k.source, k.flags.replace(/[gy]/g, '')));
-// Configured patterns: RE2 (re2js), linear time. A one-pattern RE2Set takes the DFA memory bound
-// (the thread's heap is 16 MiB).
+// Configured patterns: RE2, linear time. Native RE2 (npm re2, which loads in worker threads) for
+// those the main thread runs on it; else re2js, where a one-pattern RE2Set takes the DFA memory
+// bound (the thread's heap is 16 MiB).
 const re2Keep = d.keep.filter((k) => k.re2 !== undefined);
-const RE2Set = re2Keep.length ? require(d.re2jsPath).RE2Set : undefined;
+let Native;
+if (d.re2Path && re2Keep.some((k) => k.native !== undefined)) try { Native = require(d.re2Path); } catch {}
+let RE2Set;
 const keepRe2 = re2Keep.map((k) => {
+  if (Native && k.native !== undefined) try { return new Native(k.native, 'u'); } catch {}
+  RE2Set ??= require(d.re2jsPath).RE2Set;
   const set = new RE2Set(RE2Set.UNANCHORED, 0, ${DFA_MAX_MEM});
   set.add(k.re2);
   set.compile();
-  return set;
+  return { test: (msg) => set.match(msg).length > 0 };
 });
+parentPort.postMessage({ type: 'keep', engines: keepRe2.map((re) => (Native && re instanceof Native ? 're2' : 're2js')) });
 const buf = Buffer.alloc(16 * 1024); // the kernel refuses (EINVAL) a buffer smaller than one record
 const fds = Buffer.alloc(16); // struct pollfd { int fd; short events; short revents; } x 2
 let posted = 0, postedChars = 0, lastPostCaughtUp = false;
@@ -119,7 +126,7 @@ function seqOf(t) {
 function matters(t) {
   const msg = t.slice(t.indexOf(';') + 1);
   for (const re of keep) if (re.test(msg)) return true;
-  for (const set of keepRe2) if (set.match(msg).length) return true;
+  for (const re of keepRe2) if (re.test(msg)) return true;
   return false;
 }
 if (d.paused) {
@@ -184,6 +191,7 @@ parentPort.close();
 
 type WorkerMessage =
   | { type: 'ready' }
+  | { type: 'keep'; engines: ('re2' | 're2js')[] }
   | { type: 'items'; items: ReadItem[]; caughtUp: boolean }
   | { type: 'error'; message: string; code?: string }
   | { type: 'failed'; message: string };
@@ -201,6 +209,8 @@ export class ReadThread {
   private closed = false;
   private readonly exited: Promise<void>;
   private readonly onExit = (): void => this.stopWorker();
+  /** The engine each configured keep pattern runs on in the thread, once it has compiled them. */
+  keepEngines: readonly ('re2' | 're2js')[] | undefined;
 
   constructor(
     fd: number,
@@ -218,8 +228,11 @@ export class ReadThread {
           fd,
           wakeFd: this.wakeFd,
           shared: this.shared.buffer,
-          keep: (opts.keep ?? []).map((re) => (re instanceof RegExp ? { source: re.source, flags: re.flags } : { re2: re.re2Source })),
+          keep: (opts.keep ?? []).map((re) =>
+            re instanceof RegExp ? { source: re.source, flags: re.flags } : { re2: re.re2Source, native: re.nativeSource },
+          ),
           re2jsPath: createRequire(import.meta.url).resolve('re2js'),
+          re2Path: nativeRe2Path(),
           limits: opts.limits ?? DEFAULT_READ_LIMITS,
           safetyMs: opts.safetyMs ?? 10_000,
           paused: opts.paused ?? false,
@@ -294,7 +307,8 @@ export class ReadThread {
 
   private onMessage(m: WorkerMessage): void {
     if (this.closed) return;
-    if (m.type === 'ready') this.h.onReady?.();
+    if (m.type === 'keep') this.keepEngines = m.engines;
+    else if (m.type === 'ready') this.h.onReady?.();
     else if (m.type === 'items') this.h.onItems(m.items, m.caughtUp);
     else if (m.type === 'error') this.h.onError(Object.assign(new Error(m.message), m.code ? { code: m.code } : {}));
     else this.h.onFailed(new Error(m.message));
