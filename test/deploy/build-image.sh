@@ -7,8 +7,9 @@
 #
 # 1. A local base image standing in for node:20-bookworm-slim: Debian bookworm (minbase, from
 #    Debian's package mirror with debootstrap) plus this machine's own Node runtime (the binary at
-#    /usr/local/bin/node, npm, and any library `ldd` lists that the Debian base lacks). Cached as a
-#    tar under .cache/image/ and imported with `podman import`.
+#    /usr/local/bin/node, its headers at /usr/local/include/node as in the official images, which
+#    the Dockerfile builds native RE2 against offline, npm, and any library `ldd` lists that the
+#    Debian base lacks). Cached as a tar under .cache/image/ and imported with `podman import`.
 # 2. `podman build --isolation=chroot` of the Dockerfile with that base for both build arguments
 #    (chroot isolation runs RUN steps without an OCI runtime).
 # 3. `podman create` + `podman export` into OUTDIR/rootfs.
@@ -28,8 +29,13 @@ for tool in podman debootstrap node ldd; do command -v "$tool" >/dev/null || die
 NODE_BIN="$(readlink -f "$(command -v node)")"
 NODE_VERSION="$(node --version)"
 NPM_DIR="$(npm root -g)/npm"
-BASE_TAR="$CACHE/base-bookworm-node-${NODE_VERSION}.tar"
-BASE_IMAGE="localhost/vigil-base:bookworm-node-${NODE_VERSION#v}"
+# The headers of this Node: beside its binary's prefix (/usr/include/node for /usr/bin/node).
+NODE_HEADERS="$(dirname "$(dirname "$NODE_BIN")")/include/node"
+headers_version="v$(awk '/^#define NODE_(MAJOR|MINOR|PATCH)_VERSION /{printf "%s%s", sep, $3; sep="."}' "$NODE_HEADERS/node_version.h" 2>/dev/null || true)"
+[[ "$headers_version" == "$NODE_VERSION" ]] \
+  || die "no headers of Node $NODE_VERSION at $NODE_HEADERS (found ${headers_version}; the Dockerfile builds re2 against them)"
+BASE_TAR="$CACHE/base-bookworm-node-${NODE_VERSION}-headers.tar"
+BASE_IMAGE="localhost/vigil-base:bookworm-node-${NODE_VERSION#v}-headers"
 mkdir -p "$CACHE" "$OUT"
 
 exec 9>"$CACHE/.lock"
@@ -43,6 +49,8 @@ if [[ ! -s "$BASE_TAR" ]]; then
   debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >&2 || die "debootstrap failed"
   log "adding this machine's Node $NODE_VERSION ($NODE_BIN) and npm ($NPM_DIR)"
   install -D -m 0755 "$NODE_BIN" "$work/rootfs/usr/local/bin/node"
+  mkdir -p "$work/rootfs/usr/local/include"
+  cp -a "$NODE_HEADERS" "$work/rootfs/usr/local/include/node"
   mkdir -p "$work/rootfs/usr/local/lib/node_modules"
   cp -a "$NPM_DIR" "$work/rootfs/usr/local/lib/node_modules/npm"
   ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$work/rootfs/usr/local/bin/npm"

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,6 +49,10 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
     'BASE_IMAGE defaults to a public Node 20 image',
   );
   assert.ok(build.lines.some((l) => l.includes('npm run build') && l.includes('npm prune --omit=dev')));
+  // Native RE2 is compiled in the build stage only: no compiler reaches the final image.
+  assert.ok(build.lines.some((l) => /apt-get install .*\bg\+\+/.test(l) && l.includes('make')));
+  assert.ok(build.lines.some((l) => l.includes('node-gyp rebuild') && l.includes('strip')));
+  assert.ok(!final.lines.some((l) => /(?:^|\s)(g\+\+|gcc|make|python3|node-gyp)(?:\s|$)/.test(l)), 'no build tool in the final stage');
   assert.deepEqual(
     final.lines.filter((l) => l.startsWith('ENTRYPOINT')),
     ['ENTRYPOINT ["/usr/local/bin/node", "/app/bin/vigil.js"]'],
@@ -138,6 +142,35 @@ test(
         }
       },
     );
+
+    await t.test('it carries native RE2 built for its Node and stripped (re2.node alone, no build tree or node-gyp), and it loads', () => {
+      const node = path.join(rootfs, 'app/node_modules/re2/build/Release/re2.node');
+      assert.ok(existsSync(node), 're2.node');
+      const size = statSync(node).size;
+      assert.ok(size < 4e6, `re2.node is ${(size / 1e6).toFixed(1)} MB (unstripped about 20 MB)`);
+      for (const p of [
+        'app/node_modules/re2/vendor',
+        'app/node_modules/re2/build/Release/obj.target',
+        'app/node_modules/node-gyp',
+        'app/node_modules/nan',
+      ]) {
+        assert.ok(!existsSync(path.join(rootfs, p)), `${p} should not be in the image`);
+      }
+      const r = spawnSync(
+        'chroot',
+        [
+          rootfs,
+          '/usr/local/bin/node',
+          '-e',
+          'const RE2 = require("/app/node_modules/re2"); process.stdout.write(new RE2("(?U)a(b+)", "u").exec("xabb")[1])',
+        ],
+        {
+          encoding: 'utf8',
+        },
+      );
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(r.stdout, 'b');
+    });
 
     // Devices and kernel filesystems as a container runtime would give them: the real /dev/kmsg.
     mkdirSync(path.join(rootfs, 'dev'), { recursive: true });
