@@ -3,9 +3,9 @@
 #   build  type-checks src/ and bundles it into dist/ with esbuild (scripts/bundle.ts: tree-shaken,
 #          about half the idle memory of per-file output with the Kubernetes client loaded), then
 #          prunes node_modules to production dependencies and drops what Node never loads at run
-#          time (type declarations, source maps). Builds native RE2 (npm re2, which runs user and
-#          NPD rules 20-100x faster than re2js) from source with python3, make and g++ against the
-#          base's Node headers (/usr/local/include/node), strips it, and keeps only re2.node.
+#          time (type declarations, source maps). Builds native RE2 (npm re2: user and NPD rules
+#          run about 100 times faster than on re2js) from source with python3, make and g++
+#          against the base's Node headers (/usr/local/include/node), strips it, keeps re2.node.
 #   final  Node 20, dist/, production node_modules and two host tools the monitors spawn:
 #            ethtool    networking monitor: ENA allowance counters come only from `ethtool -S`
 #            systemctl  runtime monitor: unit state and restart counts from the host's systemd,
