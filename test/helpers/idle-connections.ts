@@ -127,6 +127,21 @@ export function acceptQueue(port: number): number {
   return NaN;
 }
 
+/**
+ * Connections the server side still holds on 127.0.0.1:port, as the kernel sees them (ESTABLISHED
+ * or CLOSE_WAIT; the listening socket and ones the server closed are not counted). Exact at once,
+ * unlike the clients' own count, which lags the server's closes on a loaded machine.
+ */
+export function serverHeld(port: number): number {
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  let n = 0;
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f[1] === local && (f[3] === '01' || f[3] === '08')) n++;
+  }
+  return n;
+}
+
 function sum(all: FloodCounts[]): FloodCounts {
   const t: FloodCounts = { connected: 0, failed: 0, open: 0, closedByServer: 0 };
   for (const c of all) for (const k of Object.keys(t) as (keyof FloodCounts)[]) t[k] += c[k];
