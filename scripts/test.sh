@@ -21,8 +21,10 @@ shopt -s globstar nullglob
 files=() slow=() ring=()
 for f in test/**/*.test.ts src/**/*.test.ts; do
   if [[ "$f" == test/deploy/* ]]; then slow+=("$f")
-  # These overwrite the whole kernel ring on purpose; run them alone so no other file loses records.
-  elif [[ "$f" == test/integration/burst.test.ts || "$f" == test/integration/blind-sources.test.ts ]]; then ring+=("$f")
+  # These overwrite the whole kernel ring on purpose, or (http-connections) hold 20,000 connections
+  # and most of the CPU for a minute: run them alone so no other file loses records or time.
+  elif [[ "$f" == test/integration/burst.test.ts || "$f" == test/integration/blind-sources.test.ts ||
+    "$f" == test/integration/http-connections.test.ts ]]; then ring+=("$f")
   else files+=("$f"); fi
 done
 runner=(node --import tsx --import ./test/helpers/leak-check.ts --test --test-concurrency=2)
