@@ -5,7 +5,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { accessSync, closeSync, constants, openSync, writeSync } from 'node:fs';
+import { accessSync, closeSync, constants, openSync } from 'node:fs';
+import { writeKmsg } from '../helpers/agent-process.ts';
 import { createRequire } from 'node:module';
 import { UserRegex } from '../../src/config/regex.ts';
 import { ReadThread, type ReadItem } from '../../src/sources/kmsg/read-thread.ts';
@@ -25,15 +26,6 @@ function skip(): string | false {
 }
 
 const TAG = `vigil-native-keep-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-
-function writeKmsg(text: string): void {
-  const fd = openSync('/dev/kmsg', 'w'); // one open per write: /dev/kmsg rate-limits each open file
-  try {
-    writeSync(fd, `<6>${text}\n`);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 async function until(f: () => boolean, ms: number): Promise<void> {
   const end = Date.now() + ms;
@@ -75,7 +67,7 @@ test(
       // Past the high mark from the first record on (the main thread reports nothing consumed), so
       // the thread tests every record: noise goes as a number, matches as text.
       const hits = [`${TAG} ${'a'.repeat(41)}x`, `${TAG} b/(?<42`];
-      for (let i = 0; i < 60; i++) writeKmsg(i === 20 ? hits[0] : i === 40 ? hits[1] : `${TAG} ${'a'.repeat(300)}`);
+      for (let i = 0; i < 60; i++) writeKmsg(i === 20 ? hits[0] : i === 40 ? hits[1] : `${TAG} ${'a'.repeat(300)}`, 6);
       await until(() => hits.every((h) => mine.includes(h)), 15_000);
       assert.equal(failed, undefined);
       assert.ok(shed >= 50, `noise was shed (${shed} records, ${mine.length} of ours delivered)`);

@@ -6,7 +6,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { accessSync, closeSync, constants, openSync, writeSync } from 'node:fs';
+import { accessSync, constants } from 'node:fs';
+import { writeKmsg } from '../helpers/agent-process.ts';
 import { UserRegex } from '../../src/config/regex.ts';
 import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
 import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
@@ -21,15 +22,6 @@ function usable(): string | false {
 }
 
 const TAG = `vigil-keep-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-
-function writeKmsg(text: string): void {
-  const fd = openSync('/dev/kmsg', 'w'); // one open per write: /dev/kmsg rate-limits each open file
-  try {
-    writeSync(fd, `<6>${text}\n`);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 async function until(f: () => boolean, ms: number): Promise<void> {
   const end = Date.now() + ms;
@@ -61,7 +53,7 @@ test(
       // thread tests the noise, 300 'a's without the "x" (never ends on a backtracking engine).
       for (let i = 0; i < 300; i++) {
         const h = [100, 200, 299].indexOf(i);
-        writeKmsg(h >= 0 ? hits[h] : `${TAG} ${'a'.repeat(300)}`);
+        writeKmsg(h >= 0 ? hits[h] : `${TAG} ${'a'.repeat(300)}`, 6);
       }
       await until(() => mine.filter((m) => m.message.endsWith('x')).length === 3, 15_000);
       assert.deepEqual(
