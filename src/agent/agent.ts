@@ -13,6 +13,7 @@ import { LogSink } from '../sinks/log/log-sink.ts';
 import { HttpServer } from '../sinks/http/server.ts';
 import { readBootId } from '../util/boot-id.ts';
 import { HealthBoard } from '../health/index.ts';
+import { UNUSED_RESOLUTION_MS, registerEventLoopLag } from './event-loop-lag.ts';
 import { errorMessage } from '../util/errors.ts';
 import { Backoff } from '../util/backoff.ts';
 import type { UnknownReasonName } from '../catalog/index.ts';
@@ -87,9 +88,10 @@ export class Agent {
   constructor(private readonly deps: AgentDeps) {
     const { config, log } = deps;
     this.registry = deps.registry ?? new Registry();
+    collectDefaultMetrics({ register: this.registry, prefix: 'vigil_', eventLoopMonitoringPrecision: UNUSED_RESOLUTION_MS });
     // A 1 s event-loop sampling period, not prom-client's 10 ms: 100 wake-ups a second would be most
-    // of the idle agent's CPU.
-    collectDefaultMetrics({ register: this.registry, prefix: 'vigil_', eventLoopMonitoringPrecision: 1000 });
+    // of the idle agent's CPU. Its gauges report the lag past that period, not the period itself.
+    registerEventLoopLag(this.registry, 'vigil_', 1000);
     this.health = new HealthBoard(log, this.registry);
     const bootId = deps.bootId ?? readBootId();
     // Takes the state directory's lock before reading it: a second agent on it stops here.
