@@ -25,7 +25,8 @@ source "$HERE/versions.sh"
 log() { printf '[build.sh] %s\n' "$*" >&2; }
 die() { printf '[build.sh] ERROR: %s\n' "$*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "go not found in PATH (need Go >= 1.26 for kine ${KINE_VERSION})"
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"
 
 if [[ -x "$KUBE_APISERVER_BIN" && -x "$KINE_BIN" && -x "$KUBECTL_BIN" && -x "$HELM_BIN" && "${VIGIL_FORCE_BUILD:-0}" != 1 ]]; then
   for b in "$KUBE_APISERVER_BIN" "$KINE_BIN" "$KUBECTL_BIN" "$HELM_BIN"; do log "cached: $b"; done
@@ -33,22 +34,7 @@ if [[ -x "$KUBE_APISERVER_BIN" && -x "$KINE_BIN" && -x "$KUBECTL_BIN" && -x "$HE
   exit 0
 fi
 
-mkdir -p "$VIGIL_CACHE_DIR/go/mod" "$VIGIL_CACHE_DIR/go/build" "$VIGIL_CACHE_DIR/k8s-build"
-export GOMODCACHE="$VIGIL_CACHE_DIR/go/mod"
-export GOCACHE="$VIGIL_CACHE_DIR/go/build"
-export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
-export GOTOOLCHAIN=local
-export GOWORK=off
-# Only go through the proxy; the checksum database still verifies modules.
-export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
-
-# Serialise concurrent builds (several test files may call build.sh at once).
-LOCK="$VIGIL_CACHE_DIR/k8s-build/.lock"
-exec 9>"$LOCK"
-if ! flock -n 9; then
-  log "another build is running; waiting for lock $LOCK"
-  flock 9
-fi
+build_lock
 
 START=$(date +%s)
 
@@ -73,66 +59,7 @@ build_kine() {
   log "kine built in $(( $(date +%s) - t0 ))s -> $KINE_BIN"
 }
 
-# `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.x` cannot work: k8s.io/kubernetes requires
-# its staging modules at v0.0.0 and replaces them with ./staging/src/... . So generate a wrapper
-# module whose replace block maps every staging module to its published v0.<minor>.<patch>
-# (once per run; kube-apiserver and kubectl share it).
-K8S_WRAP=""
-k8s_wrapper() {
-  [[ -n "$K8S_WRAP" ]] && return 0
-  local stagingv="v0.${K8S_VERSION#v1.}"
-  local wrap="$VIGIL_CACHE_DIR/k8s-build/k8s-${K8S_VERSION}"
-  rm -rf "$wrap"; mkdir -p "$wrap"
-  log "downloading k8s.io/kubernetes@${K8S_VERSION} go.mod ..."
-  local gomod
-  gomod="$(cd "$wrap" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-  [[ -n "$gomod" && -f "$gomod" ]] || die "could not download k8s.io/kubernetes@${K8S_VERSION} (is it on the proxy? try 'go list -m -versions k8s.io/kubernetes')"
-  local goline godebug replaces
-  goline="$(grep -m1 '^go ' "$gomod")"
-  godebug="$(grep '^godebug ' "$gomod" || true)"
-  replaces="$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._/-]*\) => \./staging/src/\1$#\t\1 => \1 '"$stagingv"'#p' "$gomod")"
-  local n; n="$(printf '%s\n' "$replaces" | grep -c . || true)"
-  [[ "$n" -ge 20 ]] || die "expected ~30 staging replace lines in $gomod, found $n"
-  log "wrapper module: $n staging modules -> $stagingv"
-  {
-    echo "module vigil.local/kubernetes-wrapper"
-    echo
-    echo "$goline"
-    [[ -n "$godebug" ]] && { echo; echo "$godebug"; }
-    echo
-    echo "require k8s.io/kubernetes ${K8S_VERSION}"
-    echo
-    echo "replace ("
-    printf '%s\n' "$replaces"
-    echo ")"
-  } > "$wrap/go.mod"
-  K8S_WRAP="$wrap"
-}
-
-# build_k8s_command CMD BIN: compiles k8s.io/kubernetes/cmd/CMD at K8S_VERSION into BIN.
-build_k8s_command() {
-  local cmd="$1" bin="$2"
-  if [[ -x "$bin" && "${VIGIL_FORCE_BUILD:-0}" != 1 ]]; then
-    log "cached: $bin"; return 0
-  fi
-  local t0; t0=$(date +%s)
-  k8s_wrapper
-  log "resolving module graph for ${cmd} (go get) ..."
-  (cd "$K8S_WRAP" && go get "k8s.io/kubernetes/cmd/${cmd}@${K8S_VERSION}") || die "go get failed (see above)"
-  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w"
-  local pkg
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
-    ld+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
-  done
-  mkdir -p "$(dirname "$bin")"
-  log "compiling ${cmd} ${K8S_VERSION} (slow on a cold cache: minutes on 2 cores) ..."
-  (cd "$K8S_WRAP" && CGO_ENABLED=0 go build -ldflags "$ld" -o "$bin.tmp" "k8s.io/kubernetes/cmd/${cmd}") \
-    || { rm -f "$bin.tmp"; die "${cmd} build failed"; }
-  mv -f "$bin.tmp" "$bin"
-  log "${cmd} built in $(( $(date +%s) - t0 ))s -> $bin"
-}
+# build_k8s_command (build-lib.sh): k8s.io/kubernetes commands through the generated wrapper module.
 
 # helm v4 is its own module without replace directives, so `go install mod@version` works.
 build_helm() {

@@ -11,3 +11,14 @@ KINE_BIN="$VIGIL_CACHE_DIR/k8s-bin/kine-${KINE_VERSION}/kine"
 HELM_VERSION="${VIGIL_HELM_VERSION:-v4.3.2}"
 HELM_BIN="$VIGIL_CACHE_DIR/k8s-bin/helm-${HELM_VERSION}/helm"
 KUBECTL_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kubectl"
+# A real Node for test/cluster/up.sh --with-node (build-node.sh): kubelet, kube-scheduler and
+# kube-controller-manager at the API server's version, crane (go-containerregistry) for the local
+# registry, and the pause (sandbox) image compiled from the kubernetes module's build/pause/linux/pause.c.
+CRANE_VERSION="${VIGIL_CRANE_VERSION:-v0.22.1}"
+KUBELET_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kubelet"
+KUBE_SCHEDULER_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kube-scheduler"
+KUBE_CONTROLLER_MANAGER_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kube-controller-manager"
+CRANE_BIN="$VIGIL_CACHE_DIR/k8s-bin/crane-${CRANE_VERSION}/crane"
+# The pause image as a docker-archive tarball (tag PAUSE_IMAGE), imported into the node's containerd.
+PAUSE_IMAGE="vigil.local/pause:${K8S_VERSION}"
+PAUSE_TAR="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/pause-image.tar"
