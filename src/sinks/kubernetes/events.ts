@@ -105,6 +105,8 @@ export class EventRecorder {
         registers: [o.registry],
       }),
     };
+    // At 0 from the start: a dashboard then shows "none dropped", not "no data".
+    for (const why of ['rate_limited', 'queue_full', 'rejected']) this.m.dropped.inc({ why }, 0);
     this.flushTimer = setInterval(() => this.flushSeries(), this.flushMs);
     this.flushTimer.unref();
   }
