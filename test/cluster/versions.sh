@@ -11,6 +11,11 @@ KINE_BIN="$VIGIL_CACHE_DIR/k8s-bin/kine-${KINE_VERSION}/kine"
 HELM_VERSION="${VIGIL_HELM_VERSION:-v4.3.2}"
 HELM_BIN="$VIGIL_CACHE_DIR/k8s-bin/helm-${HELM_VERSION}/helm"
 KUBECTL_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kubectl"
+# Prometheus 3.x as the github.com/prometheus/prometheus module version (v0.316.0 = 3.16.0);
+# built by build-prometheus.sh.
+PROM_VERSION="${VIGIL_PROM_VERSION:-v0.316.0}"
+PROMETHEUS_BIN="$VIGIL_CACHE_DIR/prom-bin/${PROM_VERSION}/prometheus"
+PROMTOOL_BIN="$VIGIL_CACHE_DIR/prom-bin/${PROM_VERSION}/promtool"
 # A real Node for test/cluster/up.sh --with-node (build-node.sh): kubelet, kube-scheduler and
 # kube-controller-manager at the API server's version, crane (go-containerregistry) for the local
 # registry, and the pause (sandbox) image compiled from the kubernetes module's build/pause/linux/pause.c.
