@@ -43,10 +43,10 @@ export function lagStats(samples: readonly number[]): LagStats | undefined {
   if (samples.length === 0) return undefined;
   const s = [...samples].sort((a, b) => a - b);
   const mean = s.reduce((a, b) => a + b, 0) / s.length;
-  const rank = (p: number) => s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)]!;
+  const rank = (p: number) => s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)];
   return {
-    min: s[0]!,
-    max: s[s.length - 1]!,
+    min: s[0],
+    max: s[s.length - 1],
     mean,
     stddev: Math.sqrt(s.reduce((a, b) => a + (b - mean) ** 2, 0) / s.length),
     p50: rank(50),
