@@ -77,7 +77,10 @@ log "podman build --isolation=chroot (BUILD_IMAGE=BASE_IMAGE=$BASE_IMAGE) ..."
 # This machine's egress re-signs TLS: hand npm the CA Node trusts here, as the Dockerfile allows.
 secret=()
 if [[ -s "${NODE_EXTRA_CA_CERTS:-}" ]]; then secret=(--secret "id=ca,src=$NODE_EXTRA_CA_CERTS"); fi
-podman build --isolation=chroot --pull=never "${secret[@]}" \
+# The label names the tree it was built from (hashed before the build reads it): publish.sh reuses
+# an image whose label matches the current tree.
+context="$(bash "$ROOT/test/deploy/context-hash.sh")"
+podman build --isolation=chroot --pull=never "${secret[@]}" --label "dev.vigil.context=$context" \
   --build-arg "BUILD_IMAGE=$BASE_IMAGE" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
   -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" >&2 || die "podman build failed"
 t2=$(date +%s)
