@@ -141,6 +141,35 @@ const REFUSED: Record<string, Refused> = {
     values: { extraConfig: { nodeName: 'node-1' } },
     says: /extraConfig\.nodeName: the chart sets this key from each pod's NODE_NAME/,
   },
+  'extraConfig.diagnostics.keep.maxBundles, which a value sets': {
+    values: { extraConfig: { diagnostics: { keep: { maxBundles: 3 } } } },
+    says: /extraConfig\.diagnostics\.keep\.maxBundles: the chart sets this key from the value diagnostics\.keep\.maxBundles/,
+  },
+  'diagnostics.autoCapture.enabled without an uploadUrl': {
+    values: { diagnostics: { autoCapture: { enabled: true } } },
+    says: /diagnostics\/autoCapture\/uploadUrl/,
+    agent: { diagnostics: { autoCapture: { enabled: true } } },
+  },
+  'diagnostics.autoCapture.uploadUrl not a URL': {
+    values: { diagnostics: { autoCapture: { uploadUrl: 'bundles.example.com' } } },
+    says: /diagnostics\/autoCapture\/uploadUrl/,
+    agent: { diagnostics: { autoCapture: { uploadUrl: 'bundles.example.com' } } },
+  },
+  'diagnostics.autoCapture.categories with an unknown category': {
+    values: { diagnostics: { autoCapture: { categories: ['disk'] } } },
+    says: /diagnostics\/autoCapture\/categories\/0/,
+    agent: { diagnostics: { autoCapture: { categories: ['disk'] } } },
+  },
+  'diagnostics.keep.retention not a duration': {
+    values: { diagnostics: { keep: { retention: 'a day' } } },
+    says: /diagnostics\/keep\/retention/,
+    agent: { diagnostics: { keep: { retention: 'a day' } } },
+  },
+  'diagnostics.uploadAttempts 0': {
+    values: { diagnostics: { uploadAttempts: 0 } },
+    says: /diagnostics\/uploadAttempts/,
+    agent: { diagnostics: { uploadAttempts: 0 } },
+  },
   'quarantine without the admission policy, not acknowledged': {
     values: { quarantine: { enabled: true }, admissionPolicy: false },
     says: /quarantine\/acknowledgeNoAdmissionPolicy': value must be true/,
@@ -189,6 +218,15 @@ const ACCEPTED: Record<string, Record<string, unknown>> = {
     quarantine: { enabled: true, acknowledgeNoAdmissionPolicy: true },
     admissionPolicy: false,
   },
+  'diagnostics: automatic capture to an in-VPC http destination, kept bundles bounded': {
+    diagnostics: {
+      autoCapture: { enabled: true, uploadUrl: 'http://minio.internal:9000/b/{node}-{time}.tar.gz', minInterval: 3600000, match: '^NvidiaXID' },
+      upload: { allowedHosts: ['minio.internal'], allowHttp: true },
+      keep: { maxBundles: 1, maxBytes: 1, retention: '1d' },
+      uploadAttempts: 20,
+      collectorTimeout: '1m',
+    },
+  },
   'quarantine dry run without the admission policy (no patch right)': {
     quarantine: { enabled: true, dryRun: true },
     admissionPolicy: false,
@@ -200,7 +238,6 @@ const ACCEPTED: Record<string, Record<string, unknown>> = {
       kubernetes: { heartbeat: '1h30m', eventsPerReasonPerMinute: 3 },
       gpu: { pollJitter: 0.5, expectedCount: null, thresholds: { nvlinkExpectedActive: 8, pcieReplayPerLanePerMinute: { 4: 2 } } },
       quarantine: { jitter: '5s' },
-      diagnostics: { keep: { maxBundles: 3 } },
       monitors: {},
     },
   },
@@ -314,7 +351,20 @@ test("the chart's constraints on values that reach the agent are the agent's own
     ...['KernelReady', 'NetworkingReady', 'StorageReady', 'ContainerRuntimeReady', 'AcceleratedHardwareReady'].map(
       (t): [string, string] => [`conditions.names.${t}`, `conditions.names.${t}`],
     ),
+    ...[
+      'requests.enabled',
+      'autoCapture.enabled',
+      'autoCapture.categories.[]',
+      'keep.maxBundles',
+      'keep.maxBytes',
+      'upload.allowedHosts.[]',
+      'upload.allowHttp',
+      'uploadAttempts',
+    ].map((k): [string, string] => [`diagnostics.${k}`, `diagnostics.${k}`]),
   ];
+  // Durations take the agent's two forms (milliseconds or text) with its patterns.
+  for (const k of ['autoCapture.minInterval', 'keep.retention', 'collectorTimeout'])
+    assert.deepEqual(at(chart, `diagnostics.${k}`).anyOf, at(agent, `diagnostics.${k}`).anyOf, `diagnostics.${k}`);
   for (const [value, key] of pairs) {
     const theirs = at(agent, key);
     // A value that also takes text (--set) is checked on its branch of the agent's type.

@@ -13,6 +13,7 @@ import YAML from 'yaml';
 import type * as k8s from '@kubernetes/client-node';
 import { startCluster } from '../helpers/cluster.ts';
 import { README, readmeWithTable } from '../../scripts/gen-values-doc.ts';
+import { parseConfig } from '../../src/config/load.ts';
 import { CHART, HELM, KUBECTL, ROOT, chartValues, ensureTools, helmTemplate, ok, only, run, type Manifest } from './tools.ts';
 
 const MONITORS = ['kernelLog', 'gpu', 'kernel', 'networking', 'storage', 'runtime'] as const;
@@ -45,6 +46,20 @@ const FLIPPED = {
   grafanaDashboard: { enabled: true, label: 'grafana_dashboard', labelValue: '1', folder: 'Nodes' },
   extraConfig: { engine: { repeatWindow: '2m' } },
   quarantine: { enabled: true, dryRun: true, maxQuarantinedShare: 0.1 },
+  diagnostics: {
+    requests: { enabled: false },
+    autoCapture: {
+      enabled: true,
+      uploadUrl: 'https://bundles.example.com/{node}/{time}.tar.gz',
+      minInterval: '30m',
+      categories: ['kernel', 'gpu'],
+      match: '^NvidiaXID',
+    },
+    keep: { maxBundles: 3, maxBytes: 1073741824, retention: '12h' },
+    upload: { allowedHosts: ['minio.internal'], allowHttp: true },
+    uploadAttempts: 3,
+    collectorTimeout: '10s',
+  },
 };
 
 /** GPU and kernel log on, the rest as flipped: the pod must still drop privileges it does not need. */
@@ -67,6 +82,7 @@ interface VigilConfig {
   gpu: { enabled: boolean; libraryPath?: string };
   kubernetes: { mode: string };
   engine?: { repeatWindow?: string };
+  diagnostics: Record<string, unknown>;
   monitors: { hostRoot: string } & Record<string, { enabled: boolean } | undefined>;
 }
 
@@ -147,10 +163,48 @@ test('the rendered Vigil configuration follows the values and passes `vigil chec
   for (const m of ['kernel', 'networking', 'storage', 'runtime']) assert.equal(flipped.monitors[m]?.enabled, false, m);
   assert.equal(flipped.listen, '0.0.0.0:19464');
   assert.equal(flipped.engine?.repeatWindow, '2m');
+  assert.deepEqual(flipped.diagnostics, FLIPPED.diagnostics, 'every diagnostics value reaches the configuration');
   const defaults = vigilConfig(helmTemplate({}));
   assert.equal(defaults.gpu.libraryPath, '/host/usr/lib64/libnvidia-ml.so.1');
   assert.equal(defaults.monitors.hostRoot, '/host');
   assert.equal(defaults.kubernetes.mode, 'on');
+  // The chart's diagnostics defaults are the agent's own (an empty uploadUrl and match are left out).
+  assert.deepEqual(parseConfig(YAML.stringify(defaults)).diagnostics, parseConfig('{}').diagnostics);
+  assert.equal('uploadUrl' in (defaults.diagnostics.autoCapture as object), false);
+});
+
+test('NOTES.txt says what was installed, how to check it, how to upgrade the CRD and what helm uninstall leaves', () => {
+  const notes = (values: Record<string, unknown>, namespace: string) => {
+    const out = ok(
+      run(HELM, ['install', 'vigil', CHART, '--dry-run=client', '--namespace', namespace, '-f', '-'], { input: JSON.stringify(values) }),
+      'helm install --dry-run',
+    );
+    const at = out.indexOf('NOTES:');
+    assert.ok(at >= 0, 'helm prints NOTES');
+    return out.slice(at);
+  };
+  const defaults = notes({}, 'ops');
+  const { version } = YAML.parse(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { version: string };
+  for (const line of [
+    'DaemonSet vigil: one agent per node, image ghcr.io/vigil-dev/vigil:' + version,
+    'kubectl -n ops get ds vigil',
+    'kubectl vigil status',
+    'ValidatingAdmissionPolicy',
+    'helm show crds oci://ghcr.io/vigil-dev/charts/vigil --version VERSION | kubectl apply -f -',
+    'helm upgrade vigil oci://ghcr.io/vigil-dev/charts/vigil --version VERSION -n ops --reuse-values',
+    'Uninstall (helm uninstall vigil -n ops)',
+    "Vigil's conditions, and any quarantine marks",
+    'the NodeDiagnostic CRD and its objects',
+    'the state directory /var/lib/vigil on each node',
+  ])
+    assert.ok(defaults.includes(line), `NOTES say: ${line}\n${defaults}`);
+  assert.doesNotMatch(defaults, /quarantine (on|in dry run)/);
+  const flipped = notes({ ...FLIPPED, quarantine: { enabled: true }, admissionPolicy: true, image: { repository: 'registry.local/vigil', tag: 't1' } }, 'vigil');
+  assert.ok(flipped.includes('image registry.local/vigil:t1'), flipped);
+  assert.ok(flipped.includes('quarantine on: a failing node is cordoned and tainted'), flipped);
+  assert.ok(flipped.includes('the state directory /var/lib/vigil-flipped on each node'), flipped);
+  assert.ok(notes({ ...FLIPPED }, 'vigil').includes('quarantine in dry run'));
+  assert.ok(!notes({ admissionPolicy: false, quarantine: { enabled: false } }, 'vigil').includes('ValidatingAdmissionPolicy'));
 });
 
 test('the DaemonSet: system-node-critical, every taint tolerated, NODE_NAME from the Downward API, readiness on /healthz, liveness on /livez', () => {
