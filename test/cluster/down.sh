@@ -2,6 +2,7 @@
 # Stops the control plane started by up.sh, by process id. Usage:
 #   test/cluster/down.sh [--purge] [STATE_DIR]     (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/down.sh)
 # --purge also deletes STATE_DIR (only if it is a Vigil cluster dir). Idempotent.
+# A node started by up.sh --with-node is stopped first and the host put back as up.sh recorded it.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VIGIL_LOG_PREFIX="down.sh"
@@ -23,6 +24,12 @@ DIR="$(cd "$DIR" && pwd)"
 [[ -e "$DIR/$MARKER" ]] || die "$DIR is not a Vigil cluster dir (no $MARKER)"
 
 stop_pid "$DIR/karpenter-vigil.pid" karpenter-vigil; stop_pid "$DIR/kwok.pid" kwok
+if [[ -f "$DIR/node-lock.pid" || -d "$DIR/host" ]]; then
+  # shellcheck source=node-lib.sh
+  source "$HERE/node-lib.sh"
+  node_down "$DIR"
+  node_unlock "$DIR"
+fi
 stop_apiserver "$DIR"
 stop_kine "$DIR"
 rm -f "$DIR/apiserver.port" "$DIR/kine.port"

@@ -3,6 +3,9 @@
 # with random free ports. Usage:
 #   test/cluster/up.sh [STATE_DIR]          (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/up.sh)
 #   test/cluster/up.sh --with-karpenter [STATE_DIR]   also Karpenter node repair + KWOK (test/cluster/karpenter/up.sh)
+#   test/cluster/up.sh --with-node [STATE_DIR]        also a real Node: kubelet + containerd + runc, kube-scheduler,
+#                                                     kube-controller-manager and a local registry (node-lib.sh);
+#                                                     one per host at a time, host changes undone by down.sh
 # STATE_DIR defaults to <repo>/.cluster. Several state dirs can run concurrently.
 # Any previous cluster state in STATE_DIR is stopped and wiped (a fresh cluster every time).
 # On success prints the admin kubeconfig path (only line on stdout) and writes in STATE_DIR:
@@ -19,11 +22,22 @@ source "$HERE/lib.sh"
 for tool in openssl curl; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
 
 # --with-karpenter: also start Karpenter's node repair (test/cluster/karpenter/up.sh; stopped by down.sh).
-WITH_KARPENTER=0; ARGS=()
+WITH_KARPENTER=0; WITH_NODE=0; ARGS=()
 for a in "$@"; do
-  case "$a" in --with-karpenter) WITH_KARPENTER=1 ;; *) ARGS+=("$a") ;; esac
+  case "$a" in --with-karpenter) WITH_KARPENTER=1 ;; --with-node) WITH_NODE=1 ;; *) ARGS+=("$a") ;; esac
 done
 DIR="$(resolve_dir "${ARGS[0]:-}")"
+if [[ "$WITH_NODE" == 1 ]]; then
+  # shellcheck source=node-lib.sh
+  source "$HERE/node-lib.sh"
+  for tool in containerd runc ctr iptables-save ip6tables-save ip node; do command -v "$tool" >/dev/null 2>&1 || die "--with-node needs $tool"; done
+  [[ -x /usr/lib/cni/bridge ]] || die "--with-node needs the CNI plugins in /usr/lib/cni (apt-get install containernetworking-plugins)"
+  if [[ ! -x "$KUBELET_BIN" || ! -x "$KUBE_SCHEDULER_BIN" || ! -x "$KUBE_CONTROLLER_MANAGER_BIN" || ! -x "$CRANE_BIN" || ! -s "$PAUSE_TAR" ]]; then
+    [[ "${VIGIL_SKIP_BUILD:-0}" == 1 ]] && die "node binaries missing; run test/cluster/build-node.sh"
+    log "node binaries missing; running build-node.sh (slow on a cold cache)"
+    bash "$HERE/build-node.sh" >/dev/null
+  fi
+fi
 
 if [[ ! -x "$KUBE_APISERVER_BIN" || ! -x "$KINE_BIN" ]]; then
   [[ "${VIGIL_SKIP_BUILD:-0}" == 1 ]] && die "binaries missing ($KUBE_APISERVER_BIN, $KINE_BIN); run test/cluster/build.sh"
@@ -37,6 +51,8 @@ if [[ ! -e "$DIR/$MARKER" && -n "$(ls -A "$DIR")" ]]; then
 fi
 # Stop leftovers of a previous run in the same dir, then wipe only our own files.
 stop_pid "$DIR/karpenter-vigil.pid" karpenter-vigil; stop_pid "$DIR/kwok.pid" kwok
+# A node left running in this dir: down.sh stops it and puts the host back.
+if [[ -e "$DIR/$MARKER" && -f "$DIR/node-lock.pid" ]]; then bash "$HERE/down.sh" "$DIR"; fi
 stop_apiserver "$DIR"; stop_kine "$DIR"
 rm -rf "$DIR/pki" "$DIR/kine" "$DIR"/*.pid "$DIR"/*.port "$DIR"/*.log "$DIR"/*.kubeconfig "$DIR"/*.token \
   "$DIR/tokens.csv" "$DIR/apiserver.args" "$DIR/cluster.env" "$DIR/cluster.json"
@@ -46,12 +62,20 @@ ok=0
 cleanup() {
   if [[ "$ok" != 1 ]]; then
     log "startup failed; stopping what was started (logs kept in $DIR)"
+    if [[ "$WITH_NODE" == 1 ]]; then node_down "$DIR" || true; node_unlock "$DIR" || true; fi
     stop_apiserver "$DIR" 5 || true
     stop_kine "$DIR" 5 || true
   fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+if [[ "$WITH_NODE" == 1 ]]; then
+  rm -rf "$DIR/host" "$DIR/kubelet" "$DIR/containerd" "$DIR/registry" "$DIR/cni" "$DIR/pod-logs"
+  node_lock "$DIR"
+  # Before anything runs: what the kubelet and containerd change on the host (put back by down.sh).
+  node_record_host "$DIR"
+fi
 
 # --- certificates and keys --------------------------------------------------------------------------
 PKI="$DIR/pki"; mkdir -p "$PKI"; chmod 700 "$PKI"
@@ -75,16 +99,21 @@ PKI="$DIR/pki"; mkdir -p "$PKI"; chmod 700 "$PKI"
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   rm -f apiserver.csr ca.srl
 ) || die "certificate generation with openssl failed"
+if [[ "$WITH_NODE" == 1 ]]; then node_pki "$PKI"; fi
 
 # --- static tokens ----------------------------------------------------------------------------------
 ADMIN_TOKEN="$(openssl rand -hex 24)"
 AGENT_TOKEN="$(openssl rand -hex 24)"
+NODE_TOKEN="$(openssl rand -hex 24)"
 printf '%s' "$ADMIN_TOKEN" > "$DIR/admin.token"
 printf '%s' "$AGENT_TOKEN" > "$DIR/agent.token"
 # token,user,uid,"groups". The agent user has no groups (only system:authenticated): bind RBAC to it.
 {
   printf '%s,vigil-admin,vigil-admin-uid,"system:masters"\n' "$ADMIN_TOKEN"
   printf '%s,vigil-agent,vigil-agent-uid\n' "$AGENT_TOKEN"
+  if [[ "$WITH_NODE" == 1 ]]; then
+    printf '%s,system:node:%s,%s-uid,"system:nodes"\n' "$NODE_TOKEN" "$NODE_NAME" "$NODE_NAME"
+  fi
 } > "$DIR/tokens.csv"
 chmod 600 "$DIR/tokens.csv" "$DIR/admin.token" "$DIR/agent.token"
 
@@ -95,6 +124,11 @@ KINE_PORT="$(cat "$DIR/kine.port")"
 for attempt in 1 2 3; do
   PORT="$(free_port)"
   write_apiserver_args "$DIR" "$PORT" "$KINE_PORT"
+  if [[ "$WITH_NODE" == 1 ]]; then
+    # With a controller manager making ServiceAccounts, pods get their tokens the usual way.
+    sed -i '/^--disable-admission-plugins=ServiceAccount$/d' "$DIR/apiserver.args"
+    node_apiserver_args "$DIR" >> "$DIR/apiserver.args"
+  fi
   if ( start_apiserver "$DIR" ); then break; fi
   if [[ "$attempt" -lt 3 ]] && tail -n 40 "$DIR/apiserver.log" | grep -qi 'address already in use'; then
     log "port $PORT taken, retrying"; continue
@@ -129,6 +163,22 @@ EOF
 write_kubeconfig "$DIR/admin.kubeconfig" vigil-admin "$ADMIN_TOKEN"
 write_kubeconfig "$DIR/agent.kubeconfig" vigil-agent "$AGENT_TOKEN"
 
+NODE_ENV=""; NODE_JSON=""
+if [[ "$WITH_NODE" == 1 ]]; then
+  node_up "$DIR" "$SERVER" "$NODE_TOKEN"
+  REGISTRY="127.0.0.1:$(cat "$DIR/registry.port")"
+  NODE_ENV="VIGIL_NODE_NAME=$NODE_NAME
+VIGIL_NODE_IP=$NODE_IP
+VIGIL_REGISTRY=$REGISTRY
+VIGIL_CONTAINERD_SOCKET=$DIR/containerd/containerd.sock
+VIGIL_KUBELET_PORT=$(cat "$DIR/kubelet.port")"
+  NODE_JSON="
+  \"node\": {\"name\": \"$NODE_NAME\", \"ip\": \"$NODE_IP\"},
+  \"registry\": \"$REGISTRY\",
+  \"containerdSocket\": \"$DIR/containerd/containerd.sock\",
+  \"kubeletPort\": $(cat "$DIR/kubelet.port"),"
+fi
+
 cat > "$DIR/cluster.env" <<EOF
 VIGIL_CLUSTER_DIR=$DIR
 KUBECONFIG=$DIR/admin.kubeconfig
@@ -140,6 +190,7 @@ VIGIL_AGENT_TOKEN_FILE=$DIR/agent.token
 VIGIL_AGENT_KUBECONFIG=$DIR/agent.kubeconfig
 VIGIL_KINE_PORT=$KINE_PORT
 EOF
+if [[ -n "$NODE_ENV" ]]; then printf '%s\n' "$NODE_ENV" >> "$DIR/cluster.env"; fi
 cat > "$DIR/cluster.json" <<EOF
 {
   "dir": "$DIR",
@@ -155,7 +206,7 @@ cat > "$DIR/cluster.json" <<EOF
   "agentKubeconfig": "$DIR/agent.kubeconfig",
   "kinePort": $KINE_PORT,
   "apiserverPid": $(cat "$DIR/apiserver.pid"),
-  "kinePid": $(cat "$DIR/kine.pid"),
+  "kinePid": $(cat "$DIR/kine.pid"),$NODE_JSON
   "kubernetesVersion": "$K8S_VERSION",
   "kineVersion": "$KINE_VERSION"
 }

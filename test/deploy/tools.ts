@@ -11,7 +11,7 @@ import YAML from 'yaml';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CHART = path.join(ROOT, 'deploy/helm/vigil');
 
-function versionsVar(name: string): string {
+export function versionsVar(name: string): string {
   return execFileSync('bash', ['-c', `source test/cluster/versions.sh && printf %s "$${name}"`], { cwd: ROOT, encoding: 'utf8' });
 }
 

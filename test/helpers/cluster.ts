@@ -73,7 +73,7 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<string> {
+export function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
       if (err) reject(new Error(`${cmd} ${args.join(' ')} failed: ${err.message}\n${stderr}`));
@@ -107,6 +107,13 @@ function hookExit(): void {
       process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
     });
   }
+}
+
+/** Has `down.sh --purge DIR` run at exit (or on SIGINT/SIGTERM); the returned function takes DIR off that list. */
+export function downOnExit(dir: string): () => boolean {
+  hookExit();
+  live.add(dir);
+  return () => live.delete(dir);
 }
 
 export async function startCluster(): Promise<TestCluster> {
