@@ -6,12 +6,13 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { waitFor } from '../helpers/cluster.ts';
 import { CRANE, PAUSE_TAR, startNodeCluster, type NodeCluster } from '../helpers/node-cluster.ts';
-import { ok, run } from './tools.ts';
+import { ok, ROOT, run } from './tools.ts';
 
 // Other work on this machine (podman builds in the image test) adds and removes its own mounts,
 // cgroups, links and NAT rules meanwhile; those are left out of the comparison, nothing else is.
@@ -88,9 +89,9 @@ function snapshotHost(): HostSnapshot {
     .filter((m) => !FOREIGN.test(m));
   const links = sh('ip', ['-o', 'link', 'show'])
     .split('\n')
-    .filter(Boolean)
-    .map((l) => l.split(': ')[1].replace(/@.*/, ''))
-    .filter((l) => !FOREIGN.test(l) && !/^veth/.test(l));
+    // podman's bridge and its veths ("master podman0") are someone else's.
+    .filter((l) => l && !FOREIGN.test(l))
+    .map((l) => l.split(': ')[1].replace(/@.*/, ''));
   const paths: Record<string, string> = {};
   for (const p of FIXED_PATHS) paths[p] = existsSync(p) ? (statSync(p).isDirectory() ? 'dir' : 'file') : 'absent';
   return {
@@ -180,6 +181,45 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     // logs; pause writes none. (nodes/proxy is refused for a loopback address by the API server itself.)
     const logs = cluster.kubectl(['logs', '-n', 'default', 'deploy/pulled', '-c', 'local']);
     assert.equal(logs.code, 0, logs.err);
+  });
+
+  test('a pod network pod gets an address on the bridge (CNI), so down.sh has a bridge, veth and netns to clean up', async () => {
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'bridged', namespace: 'default' },
+      spec: {
+        automountServiceAccountToken: false,
+        terminationGracePeriodSeconds: 0,
+        containers: [{ name: 'pause', image: `${cluster.registry}/vigil-test/pulled-pause:1` }],
+      },
+    };
+    ok(cluster.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod) }), 'kubectl apply');
+    const ip = await waitFor(
+      'the bridged pod Running with a pod IP',
+      () => {
+        const p = JSON.parse(ok(cluster.kubectl(['get', 'pod', '-n', 'default', 'bridged', '-o', 'json']), 'kubectl get pod')) as {
+          status: { phase?: string; podIP?: string };
+        };
+        return p.status.phase === 'Running' ? p.status.podIP : undefined;
+      },
+      120_000,
+      1000,
+    );
+    assert.match(ip, /^10\.244\.50\.\d+$/);
+    assert.match(sh('ip', ['-o', 'link', 'show', 'master', 'vigilbr0']), /veth/);
+  });
+
+  test('a second --with-node cluster on the same host fails clearly while the first runs', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-node-second-'));
+    try {
+      const r = run('bash', [path.join(ROOT, 'test/cluster/up.sh'), '--with-node', dir], { env: { VIGIL_NODE_LOCK_WAIT: '1' } });
+      assert.notEqual(r.code, 0);
+      assert.match(r.err, new RegExp(`another --with-node cluster \\(${cluster.dir}\\) holds /run/vigil-node.lock`));
+      assert.equal(existsSync(path.join(dir, 'kine.pid')), false, 'it started nothing');
+    } finally {
+      spawnSync('bash', [path.join(ROOT, 'test/cluster/down.sh'), '--purge', dir], { stdio: 'ignore' });
+    }
   });
 
   test('cluster:down leaves the host as it found it', async () => {
