@@ -220,7 +220,12 @@ const ACCEPTED: Record<string, Record<string, unknown>> = {
   },
   'diagnostics: automatic capture to an in-VPC http destination, kept bundles bounded': {
     diagnostics: {
-      autoCapture: { enabled: true, uploadUrl: 'http://minio.internal:9000/b/{node}-{time}.tar.gz', minInterval: 3600000, match: '^NvidiaXID' },
+      autoCapture: {
+        enabled: true,
+        uploadUrl: 'http://minio.internal:9000/b/{node}-{time}.tar.gz',
+        minInterval: 3600000,
+        match: '^NvidiaXID',
+      },
       upload: { allowedHosts: ['minio.internal'], allowHttp: true },
       keep: { maxBundles: 1, maxBytes: 1, retention: '1d' },
       uploadAttempts: 20,

@@ -199,7 +199,10 @@ test('NOTES.txt says what was installed, how to check it, how to upgrade the CRD
   ])
     assert.ok(defaults.includes(line), `NOTES say: ${line}\n${defaults}`);
   assert.doesNotMatch(defaults, /quarantine (on|in dry run)/);
-  const flipped = notes({ ...FLIPPED, quarantine: { enabled: true }, admissionPolicy: true, image: { repository: 'registry.local/vigil', tag: 't1' } }, 'vigil');
+  const flipped = notes(
+    { ...FLIPPED, quarantine: { enabled: true }, admissionPolicy: true, image: { repository: 'registry.local/vigil', tag: 't1' } },
+    'vigil',
+  );
   assert.ok(flipped.includes('image registry.local/vigil:t1'), flipped);
   assert.ok(flipped.includes('quarantine on: a failing node is cordoned and tainted'), flipped);
   assert.ok(flipped.includes('the state directory /var/lib/vigil-flipped on each node'), flipped);

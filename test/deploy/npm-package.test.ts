@@ -31,10 +31,7 @@ test('npm install -g of the packed package puts vigil and kubectl-vigil on the P
 
   const prefix = path.join(tmp, 'prefix');
   mkdirSync(prefix);
-  ok(
-    run('npm', ['install', '-g', '--prefix', prefix, '--offline', '--ignore-scripts', '--no-audit', '--no-fund', pkg]),
-    'npm install -g',
-  );
+  ok(run('npm', ['install', '-g', '--prefix', prefix, '--offline', '--ignore-scripts', '--no-audit', '--no-fund', pkg]), 'npm install -g');
   for (const cmd of ['vigil', 'kubectl-vigil']) assert.ok(lstatSync(path.join(prefix, 'bin', cmd)).isSymbolicLink(), `npm linked ${cmd}`);
 
   // Run from elsewhere, found on the PATH, as an operator runs them (kubectl finds its plugin so).

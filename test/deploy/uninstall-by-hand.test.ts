@@ -76,9 +76,13 @@ test("the README's commands remove what helm uninstall leaves: conditions, quara
     assert.equal(node.metadata?.labels?.['vigil.dev/quarantined'], undefined, name);
     assert.equal(node.metadata?.annotations?.['vigil.dev/cordoned-by-vigil'], undefined, name);
     // (the API server's own node.kubernetes.io/not-ready taint stays: no kubelet here)
-    assert.deepEqual((node.spec?.taints ?? []).filter((x) => x.key.startsWith('vigil.dev/')), [], name);
+    assert.deepEqual(
+      (node.spec?.taints ?? []).filter((x) => x.key.startsWith('vigil.dev/')),
+      [],
+      name,
+    );
   }
-  assert.ok(!(await cluster.readNode('gpu-1')).spec?.unschedulable, "the node Vigil cordoned is schedulable again");
+  assert.ok(!(await cluster.readNode('gpu-1')).spec?.unschedulable, 'the node Vigil cordoned is schedulable again');
   assert.equal((await cluster.readNode('gpu-2')).spec?.unschedulable, true, "the operator's cordon stays");
   const ext = cluster.admin.kc.makeApiClient(k8s.ApiextensionsV1Api);
   await waitFor('the NodeDiagnostic CRD deleted', async () => {
