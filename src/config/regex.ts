@@ -77,7 +77,10 @@ function loadNative(): NativeCtor | null {
     nativeCtor = require(nativePath) as NativeCtor;
   } catch (err) {
     nativePath = undefined;
-    nativeMissing = `native re2 did not load: ${errorMessage(err).split('\n')[0]}`;
+    // Node's ABI-mismatch message spans lines and its first names only the file: keep the why.
+    nativeMissing = `native re2 did not load: ${errorMessage(err)
+      .replace(/\s*\n\s*/g, ' ')
+      .slice(0, 400)}`;
   }
   return nativeCtor;
 }
