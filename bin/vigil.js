@@ -11,8 +11,8 @@ import v8 from 'node:v8';
 // SIGUSR1 must not open the Node inspector: on the node's loopback it runs code as root for any
 // local user or host-network pod. A listener replaces Node's inspector handler (checked on Node 20
 // and 24: nothing listens on 9229 after `kill -USR1`), and stays for the process's life; `vigil
-// run` logs each one. Node >= 22.14 can also start with --disable-sigusr1 (the image's entrypoint,
-// once on such a Node), which covers the moments before this line runs too.
+// run` logs each one. The image's entrypoint also starts Node (24) with --disable-sigusr1 (Node >=
+// 22.14), which covers the moments before this line runs; this listener stays for other starts.
 process.on('SIGUSR1', () => {});
 // A SIGUSR1 that came before the listener (during Node's start) opened it: close it again, unless
 // an --inspect flag asked for it (`vigil run` refuses that).
