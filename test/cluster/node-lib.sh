@@ -371,9 +371,25 @@ node_up() {
   node_start_registry "$dir"
   reg="127.0.0.1:$(cat "$dir/registry.port")"
   node_start_containerd "$dir" "$reg"
+# node_service_route DIR: in-cluster clients (the chart's host-network pod: KUBERNETES_SERVICE_HOST
+# 10.0.0.1:443) reach the API server on loopback, as kube-proxy would route the kubernetes Service
+# (it cannot here: the API server publishes no loopback endpoint). Without this, 10.0.0.1 leaves the
+# machine. Anything else to the service range is refused. KUBE-* chains: node_restore_iptables
+# removes them.
+node_service_route() {
+  local port; port="$(cat "$1/apiserver.port")"
+  iptables -t nat -N KUBE-VIGIL-APISERVER
+  iptables -t nat -A KUBE-VIGIL-APISERVER -d 10.0.0.1/32 -p tcp --dport 443 -j DNAT --to-destination "127.0.0.1:$port"
+  iptables -t nat -I OUTPUT -j KUBE-VIGIL-APISERVER
+  iptables -t filter -N KUBE-VIGIL-SERVICE-RANGE
+  iptables -t filter -A KUBE-VIGIL-SERVICE-RANGE -d 10.0.0.0/24 -j REJECT
+  iptables -t filter -I OUTPUT -j KUBE-VIGIL-SERVICE-RANGE
+}
+
   node_start_controllers "$dir"
   node_start_kubelet "$dir" "$2" "$3"
   node_wait_ready "$dir"
+  node_service_route "$dir"
   log "node $NODE_NAME Ready (kubelet on 127.0.0.1:$(cat "$dir/kubelet.port"), registry $reg)"
 }
 
