@@ -27,9 +27,15 @@ NODE_IPTABLES_TABLES=(filter nat mangle)
 
 # node_lock DIR: waits up to VIGIL_NODE_LOCK_WAIT s (default 600) for NODE_LOCK, then hands it to a
 # holder process (DIR/node-lock.pid) that keeps it until down.sh. A holder whose DIR is gone (its
-# test died without down.sh) is stale and is stopped.
+# test died without down.sh) is stale and is stopped. VIGIL_NODE_LOCK_HELD=1: the caller already holds
+# the lock (a test that snapshots the host before up.sh and after down.sh, with no other node between).
 node_lock() {
   local dir="$1" wait="${VIGIL_NODE_LOCK_WAIT:-600}" owner="" opid=""
+  if [[ "${VIGIL_NODE_LOCK_HELD:-0}" == 1 ]]; then
+    flock -n "$NODE_LOCK" true 2>/dev/null && die "VIGIL_NODE_LOCK_HELD=1 but nobody holds $NODE_LOCK"
+    printf '%s caller\n' "$dir" > "$NODE_OWNER"
+    return 0
+  fi
   exec 8>>"$NODE_LOCK"
   if ! flock -n 8; then
     if [[ -s "$NODE_OWNER" ]]; then read -r owner opid < "$NODE_OWNER" || true; fi
@@ -365,12 +371,6 @@ node_wait_ready() {
   die "kube-controller-manager did not create the default ServiceAccount within 60s"
 }
 
-# node_up DIR SERVER NODE_TOKEN: everything after the API server is ready.
-node_up() {
-  local dir="$1" reg
-  node_start_registry "$dir"
-  reg="127.0.0.1:$(cat "$dir/registry.port")"
-  node_start_containerd "$dir" "$reg"
 # node_service_route DIR: in-cluster clients (the chart's host-network pod: KUBERNETES_SERVICE_HOST
 # 10.0.0.1:443) reach the API server on loopback, as kube-proxy would route the kubernetes Service
 # (it cannot here: the API server publishes no loopback endpoint). Without this, 10.0.0.1 leaves the
@@ -386,10 +386,16 @@ node_service_route() {
   iptables -t filter -I OUTPUT -j KUBE-VIGIL-SERVICE-RANGE
 }
 
+# node_up DIR SERVER NODE_TOKEN: everything after the API server is ready.
+node_up() {
+  local dir="$1" reg
+  node_service_route "$dir"
+  node_start_registry "$dir"
+  reg="127.0.0.1:$(cat "$dir/registry.port")"
+  node_start_containerd "$dir" "$reg"
   node_start_controllers "$dir"
   node_start_kubelet "$dir" "$2" "$3"
   node_wait_ready "$dir"
-  node_service_route "$dir"
   log "node $NODE_NAME Ready (kubelet on 127.0.0.1:$(cat "$dir/kubelet.port"), registry $reg)"
 }
 

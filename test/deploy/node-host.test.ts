@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { waitFor } from '../helpers/cluster.ts';
-import { CRANE, PAUSE_TAR, startNodeCluster, type NodeCluster } from '../helpers/node-cluster.ts';
+import { CRANE, holdNodeLock, PAUSE_TAR, startNodeCluster, type NodeCluster } from '../helpers/node-cluster.ts';
 import { ok, ROOT, run } from './tools.ts';
 
 // Other work on this machine (podman builds in the image test) adds and removes its own mounts,
@@ -104,27 +104,24 @@ function snapshotHost(): HostSnapshot {
   };
 }
 
-/** Another node cluster (only one per host) would change the host under this test: wait for its lock. */
-function waitForNodeLock(): void {
-  const r = spawnSync('flock', ['-w', '900', '/run/vigil-node.lock', 'true'], { stdio: 'ignore' });
-  assert.equal(r.status, 0, 'another --with-node cluster held /run/vigil-node.lock for 15 min');
-}
-
 const isRoot = process.getuid?.() === 0;
 
-describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root', timeout: 900_000 }, () => {
+describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root', timeout: 1_200_000 }, () => {
   let cluster: NodeCluster;
   let hostBefore: HostSnapshot;
   let hostDuring: HostSnapshot;
+  let releaseLock: (() => void) | undefined;
 
   before(async () => {
-    waitForNodeLock();
+    // Held from before the first snapshot to after the last: no other node cluster changes the host between.
+    releaseLock = await holdNodeLock();
     hostBefore = snapshotHost();
-    cluster = await startNodeCluster();
+    cluster = await startNodeCluster({ lockHeld: true });
     hostDuring = snapshotHost();
   });
   after(async () => {
     await cluster?.stop();
+    releaseLock?.();
   });
 
   test('a Deployment runs on the node from images pulled over plain HTTP from the local registry, also as ghcr.io/…', async () => {

@@ -4,7 +4,7 @@
  * HTTP (also standing in for ghcr.io). Only one such cluster runs on a host at a time: up.sh waits
  * for the host lock. Torn down (host settings put back) by stop() and, should the test die, at exit.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -54,12 +54,38 @@ export interface NodeCluster {
   stop(): Promise<void>;
 }
 
-export async function startNodeCluster(): Promise<NodeCluster> {
+const NODE_LOCK = '/run/vigil-node.lock';
+
+/**
+ * Takes the host's node lock (waiting for any other node cluster to finish) and holds it until the
+ * returned function is called or this process exits: for a test that looks at the host before up.sh
+ * and after down.sh with no other node in between. Pass `{ lockHeld: true }` to startNodeCluster then.
+ */
+export function holdNodeLock(timeoutS = 900): Promise<() => void> {
+  // The holder watches this process, so the lock is not kept by an orphan if the test dies.
+  const holder = spawn(
+    'flock',
+    ['-w', String(timeoutS), NODE_LOCK, 'sh', '-c', `echo locked; while kill -0 ${process.pid} 2>/dev/null; do sleep 1; done`],
+    // Its own process group: releasing kills flock and the shell that inherited the lock.
+    { stdio: ['ignore', 'pipe', 'inherit'], detached: true },
+  );
+  return new Promise((resolve, reject) => {
+    holder.stdout.once('data', () => {
+      holder.stdout.destroy();
+      resolve(() => {
+        if (holder.pid !== undefined && holder.exitCode === null) process.kill(-holder.pid, 'SIGKILL');
+      });
+    });
+    holder.once('exit', (code) => reject(new Error(`could not take ${NODE_LOCK} within ${timeoutS} s (flock exited ${code})`)));
+  });
+}
+
+export async function startNodeCluster(opts: { lockHeld?: boolean } = {}): Promise<NodeCluster> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-node-'));
   const forget = downOnExit(dir);
   const down = () => runScript('bash', [path.join(SCRIPTS, 'down.sh'), '--purge', dir]);
   try {
-    await runScript('bash', [path.join(SCRIPTS, 'up.sh'), '--with-node', dir]);
+    await runScript('bash', [path.join(SCRIPTS, 'up.sh'), '--with-node', dir], opts.lockHeld ? { VIGIL_NODE_LOCK_HELD: '1' } : {});
   } catch (err) {
     // up.sh undoes what it started; down.sh also releases the host if it got that far.
     spawnSync('bash', [path.join(SCRIPTS, 'down.sh'), '--purge', dir], { stdio: 'ignore' });
