@@ -296,7 +296,13 @@ test(
     } finally {
       await core.deleteNode({ name: other });
     }
-    // The DaemonSet's pod for that Node goes with it.
+    // The DaemonSet made a pod for that object-only Node, which no kubelet will ever run or confirm
+    // deleted: remove it so the release is back to the one real pod (a test artifact, not under test).
+    for (const p of await pods()) {
+      if (p.spec?.nodeName !== cluster.nodeName) {
+        await core.deleteNamespacedPod({ name: p.metadata!.name!, namespace: NS, gracePeriodSeconds: 0 });
+      }
+    }
     await onePod('one pod again after the other Node is gone', ready, 120_000);
   },
 );
@@ -455,8 +461,7 @@ test(
 
 test(
   'with privileged off the device cgroup refuses /dev/kmsg: KernelReady=Unknown, the pod NotReady, kubectl get ds READY 0',
-  // todo: on this node KernelReady did not turn Unknown within 2 minutes (first run, 13:2x); not yet diagnosed.
-  { skip, todo: skip ? false : 'KernelReady did not turn Unknown on the test node; not yet diagnosed', timeout: 10 * 60_000 },
+  { skip, timeout: 10 * 60_000 },
   async () => {
     helmOk(cluster.adminKubeconfig, [...installArgs(cluster.registry), '--set', 'privileged=false']);
     const p = await onePod(
@@ -479,7 +484,7 @@ test(
       120_000,
     );
     assert.match(kernel.message ?? '', /kmsg/i);
-    assert.match(podLogs(p), /\/dev\/kmsg[^\n]*(EPERM|not permitted)/i);
+    assert.match(podLogs(p), /(EPERM|not permitted)[^\n]*\/dev\/kmsg/i);
     // The readiness probe fails on /healthz (503), so the pod stays NotReady and the DaemonSet shows 0 ready.
     await waitFor(
       'a failed readiness probe',
