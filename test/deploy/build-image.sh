@@ -31,7 +31,8 @@ for tool in podman debootstrap node ldd; do command -v "$tool" >/dev/null || die
 NODE_DIR="$(bash "$ROOT/scripts/fetch-node.sh")"
 NODE_BIN="$NODE_DIR/bin/node"
 NODE_VERSION="$("$NODE_BIN" --version)"
-NPM_DIR="$(npm root -g)/npm"
+# The npm that is running (CI puts Node 24 first on PATH, whose package has no npm; npm root -g would point there).
+NPM_DIR="$(cd "$(dirname "$(readlink -f "$(command -v npm)")")/.." && pwd)"
 NODE_HEADERS="$NODE_DIR/include/node"
 headers_version="v$(awk '/^#define NODE_(MAJOR|MINOR|PATCH)_VERSION /{printf "%s%s", sep, $3; sep="."}' "$NODE_HEADERS/node_version.h" 2>/dev/null || true)"
 [[ "$headers_version" == "$NODE_VERSION" ]] \

@@ -22,7 +22,8 @@ interface Conditions {
 
 function tmp(t: { after: (fn: () => void) => void }): string {
   const dir = mkdtempSync(path.join(tmpdir(), 'vigil-blind-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // The agent may still be writing its state as the test ends: retry rather than fail on ENOTEMPTY.
+  t.after(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }));
   return dir;
 }
 
