@@ -16,12 +16,14 @@ export const CONDITION_TYPES: readonly BuiltinConditionType[] = ['KernelReady', 
 export type ReasonName =
   | 'SoftLockup'
   | 'HardLockup'
+  | 'RCUStall'
   | 'AppBlocked'
   | 'KernelBug'
   | 'AppCrash'
   | 'OOMKilling'
   | 'HardwareErrorFatal'
   | 'HardwareErrorCorrected'
+  | 'PreviousBootHardwareError'
   | 'MachineCheckCorrected'
   | 'MachineCheckUncorrected'
   | 'PCIeUncorrectableError'
@@ -46,6 +48,9 @@ export type ReasonName =
   | 'RDMAPortDown'
   | 'RDMAPortErrors'
   | 'DNSResolutionFailed'
+  | 'NetworkTxTimeout'
+  | 'NetworkAdapterFirmwareError'
+  | 'NetworkAdapterFailed'
   | 'BlockDeviceIOError'
   | 'Ext4Error'
   | 'XFSError'
@@ -55,6 +60,12 @@ export type ReasonName =
   | 'InodeUsageHigh'
   | 'DiskIOLatencyHigh'
   | 'IODelays'
+  | 'NFSServerNotResponding'
+  | 'ThinPoolOutOfSpace'
+  | 'ThinPoolReadOnly'
+  | 'BtrfsError'
+  | 'StorageControllerReset'
+  | 'StorageControllerFailed'
   | 'KubeletFailed'
   | 'ContainerRuntimeFailed'
   | 'KubeletUnhealthy'
@@ -66,6 +77,8 @@ export type ReasonName =
   | `NvidiaSXid${number}Error`
   | `NvidiaSXid${number}Warning`
   | 'NvidiaGPUInitFailed'
+  | 'NvidiaGPUNotProbed'
+  | 'NvidiaGPUUnsupported'
   | 'NvidiaGSPTimeout'
   | 'NvidiaNCCLError'
   | 'NvidiaNVMLTimeout'
@@ -127,6 +140,17 @@ export const REASONS: readonly ReasonDef[] = [
     description: "The NMI watchdog found a CPU stuck with interrupts off (\"Watchdog detected hard LOCKUP on cpu N\"). One problem per CPU (entity cpu:N).",
   },
   {
+    name: "RCUStall",
+    condition: "KernelReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 1800000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "RCU found a CPU that did not pass a quiescent state within rcu_cpu_stall_timeout (rcu_sched, rcu_preempt or rcu_bh \"detected stalls on CPUs/tasks\", \"self-detected stall on CPU\", expedited stalls included), so grace periods and the memory they free were held up. One problem per CPU (entity cpu:N) where the report names one; a header that names no CPU (or several) is one problem on the node, and each per-CPU detail line of the report (\"3-.... (1 GPs behind) idle=...\" in 4.x to 6.x wording) raises on its CPU.",
+  },
+  {
     name: "AppBlocked",
     condition: "KernelReady",
     severity: "Warning",
@@ -146,7 +170,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: true,
     template: null,
-    description: "The kernel reported a BUG, an Oops, a NULL pointer dereference, a general protection fault or a panic.",
+    description: "The kernel reported a BUG, an Oops, a NULL pointer dereference, a general protection fault or a panic. A panic that names its cause (hard or soft lockup, hung task, fatal machine check) raises that cause's reason instead.",
   },
   {
     name: "AppCrash",
@@ -157,7 +181,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: true,
     template: null,
-    description: "A user-space process crashed with a segfault or a trap.",
+    description: "A user-space process crashed with a segfault or a trap. One problem per program (entity program:NAME, the name the kernel prints), so one program's repeated crashes are one Event series with a count.",
   },
   {
     name: "OOMKilling",
@@ -191,6 +215,17 @@ export const REASONS: readonly ReasonDef[] = [
     eks: false,
     template: null,
     description: "UEFI CPER reported a corrected or recoverable hardware error.",
+  },
+  {
+    name: "PreviousBootHardwareError",
+    condition: "KernelReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The kernel replayed a hardware-error record from before this boot (a machine-check bank record found by the boot-time poll in the first 60 s of the boot, or a BERT firmware record \"from previous boot\"). The message gives the evidence (the boot time, MCG status, the bank status with its UC and EN bits, or the BERT severity) and the reason the record would raise in this boot's own time. A warning - the error belongs to the last boot, which ended with it - never a fatal for this one.",
   },
   {
     name: "MachineCheckCorrected",
@@ -457,6 +492,39 @@ export const REASONS: readonly ReasonDef[] = [
     description: "The API server's host name could not be resolved.",
   },
   {
+    name: "NetworkTxTimeout",
+    condition: "NetworkingReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A network interface's transmit queue timed out or hung and the driver reset it (NETDEV WATCHDOG, igb/ixgbe/e1000e \"Detected Tx Unit Hang\", i40e/ice \"tx_timeout recovery\", mlx5 \"TX timeout\", ENA lost TX completions). One problem per interface (entity netif:NAME, or pci:BDF where the line names only the device).",
+  },
+  {
+    name: "NetworkAdapterFirmwareError",
+    condition: "NetworkingReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A NIC's firmware stopped answering or reported a fatal syndrome and the driver reset the device (mlx5 \"health compromised - reached miss count\", \"Fatal error N detected\", ENA \"Keep alive watchdog timeout\"). One problem per PCI device (entity pci:BDF).",
+  },
+  {
+    name: "NetworkAdapterFailed",
+    condition: "NetworkingReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "reboot",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A NIC driver (mlx5_core, ena, efa, ice, i40e, ixgbe, igb, bnxt_en) failed to probe a device, or mlx5's health recovery gave up, so the adapter is unusable until the node is rebooted or repaired. One problem per PCI device (entity pci:BDF).",
+  },
+  {
     name: "BlockDeviceIOError",
     condition: "StorageReady",
     severity: "Warning",
@@ -487,7 +555,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "The XFS driver found metadata corruption or a metadata I/O error and kept the filesystem mounted.",
+    description: "The XFS driver found metadata corruption, a metadata or log I/O error or an internal error. When the filesystem then shuts down, XFSShutdown (Fatal) is raised too, by the shutdown's own lines; the error stays reported as its cause.",
   },
   {
     name: "XFSShutdown",
@@ -554,6 +622,72 @@ export const REASONS: readonly ReasonDef[] = [
     eks: true,
     template: null,
     description: "A process spent a long time waiting on block I/O during the polling window.",
+  },
+  {
+    name: "NFSServerNotResponding",
+    condition: "StorageReady",
+    severity: "Warning",
+    recovery: { kind: 'whenHealthy', healthyChecks: 1 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The NFS client got no answer from a server (\"nfs - server X not responding, still trying\" or \"timed out\"). Cleared by the kernel's \"server X OK\" line for the same server, or by a reboot. One problem per server (entity nfs:SERVER).",
+  },
+  {
+    name: "ThinPoolOutOfSpace",
+    condition: "StorageReady",
+    severity: "Warning",
+    recovery: { kind: 'whenHealthy', healthyChecks: 1 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A device-mapper thin pool ran out of data space and queues or fails writes (\"switching pool to out-of-data-space\"). Cleared when the pool is grown (\"switching pool to write mode\") or by a reboot. One problem per pool (entity dm:MAJOR:MINOR).",
+  },
+  {
+    name: "ThinPoolReadOnly",
+    condition: "StorageReady",
+    severity: "Fatal",
+    recovery: { kind: 'whenHealthy', healthyChecks: 1 },
+    action: "reboot",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A device-mapper thin pool switched to read-only or fail mode (metadata space exhausted or a metadata operation failed), so every thin volume in it rejects writes. Cleared by \"switching pool to write mode\" or a reboot. One problem per pool (entity dm:MAJOR:MINOR).",
+  },
+  {
+    name: "BtrfsError",
+    condition: "StorageReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "btrfs counted write, read, flush, corruption or generation errors on a member device (\"bdev X errs - wr N, rd N ...\") or a data checksum failed (\"csum failed\"). Entity blockdev:NAME of the member device, or of the filesystem for checksum failures.",
+  },
+  {
+    name: "StorageControllerReset",
+    condition: "StorageReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A RAID or SAS controller's firmware faulted and the driver reset it (megaraid_sas \"FW in FAULT state\" and adapter reset, mpt3sas \"fault_state\" and diag reset). I/O stalls during the reset. One problem per controller (entity pci:BDF or ioc:NAME).",
+  },
+  {
+    name: "StorageControllerFailed",
+    condition: "StorageReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "reboot",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "A RAID or SAS controller locked up or could not be reset (hpsa \"controller lockup detected\", megaraid_sas \"killing adapter\" or a failed reset, mpt3sas \"diag reset - FAILED\"), taking its disks offline. One problem per controller (entity pci:BDF or ioc:NAME).",
   },
   {
     name: "KubeletFailed",
@@ -677,6 +811,28 @@ export const REASONS: readonly ReasonDef[] = [
     description: "The NVIDIA driver could not initialise a GPU (RmInitAdapter failed).",
   },
   {
+    name: "NvidiaGPUNotProbed",
+    condition: "AcceleratedHardwareReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "reboot",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The NVIDIA driver loaded but took no GPU, or not all of them - \"The NVIDIA probe routine was not called for N device(s)\" (another driver such as nouveau or vfio-pci owns them), \"No NVIDIA devices probed\" / \"No NVIDIA graphics adapter probed!\" / \"No NVIDIA GPU found\", or \"None of the NVIDIA devices were initialized\". On the node, not one GPU - the line names none. Only a node whose PCI bus holds NVIDIA GPUs manages AcceleratedHardwareReady, so the same line on a CPU node changes nothing.",
+  },
+  {
+    name: "NvidiaGPUUnsupported",
+    condition: "AcceleratedHardwareReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "replace",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The NVIDIA driver refused a GPU it does not support (\"The NVIDIA GPU <pci> (PCI ID ...) installed in this system is not supported by open nvidia.ko because it does not include the required GPU System Processor (GSP)\", or a legacy GPU \"not supported by the NNN.xx driver release\"), so the GPU stays unusable with this driver; the fix is the other driver flavour or branch, or other hardware. Entity gpu:PCI when the message names the GPU.",
+  },
+  {
     name: "NvidiaGSPTimeout",
     condition: "AcceleratedHardwareReady",
     severity: "Warning",
@@ -748,10 +904,10 @@ export const REASONS: readonly ReasonDef[] = [
     severity: "Fatal",
     recovery: { kind: 'untilReboot' },
     action: "resetGPU",
-    sources: ["nvml"],
+    sources: ["nvml","kmsg"],
     eks: false,
     template: null,
-    description: "NVML returned RESET_REQUIRED for a GPU.",
+    description: "NVML returned RESET_REQUIRED for a GPU, or the kernel log shows the driver failing a GSP allocation or call with NV_ERR_RESET_REQUIRED (0x62) - \"GspRmAlloc failed ... status=0x00000062\", \"Assertion failed - Reset required [NV_ERR_RESET_REQUIRED]\", nvidia-modeset's \"(Reset required [NV_ERR_RESET_REQUIRED])\". From the kernel log the entity is the node (the lines name a driver instance, GPU0, not a PCI address).",
   },
   {
     name: "NvidiaDoubleBitError",

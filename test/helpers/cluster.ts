@@ -333,6 +333,8 @@ export interface VigilOptions {
   /** Kubernetes names for types (conditions.names in the config). */
   names?: Partial<Record<BuiltinConditionType, string>>;
   sink?: Partial<Omit<KubernetesSinkOptions, 'clients' | 'nodeName' | 'log' | 'registry'>>;
+  /** The engine's clock, and the Event series' (default Date.now). */
+  now?: () => number;
 }
 
 export interface VigilUnderTest {
@@ -367,6 +369,7 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
     lateConditions,
     registry,
     ...(o.restored ? { restored: o.restored } : {}),
+    ...(o.now ? { now: o.now } : {}),
   });
   const sink = new KubernetesSink({
     clients: makeClients(o.kubeconfig),
@@ -380,6 +383,7 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
     retry: { baseMs: 200, maxMs: 2000 },
     staleGraceMs: 0,
     finalWriteMs: 500,
+    ...(o.now ? { eventsNow: o.now } : {}),
     ...o.sink,
   });
   engine.on((e, h) => sink.handle(e, h));

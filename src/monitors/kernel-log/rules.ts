@@ -37,6 +37,11 @@ export interface RuleHit {
   summary: string;
   attrs?: Record<string, string | number | boolean>;
   threshold?: { count: number; windowMs: number };
+  /**
+   * The line says the entity recovered: the classifier reports these reasons healthy for the
+   * entity (clearing their whenHealthy problems) and raises no finding ("nfs: server X OK").
+   */
+  clears?: readonly ReasonName[];
 }
 
 export interface KernelRule {
@@ -141,11 +146,14 @@ const GSP_GPU = /NVRM: GPU(\d+) /;
 // R515-R535 "Timeout waiting for RPC from GSP[N]!", R535+ "_kgspLogXid119" / "_kgspLogRpcTimeout"
 // banners, "_issueRpcAndWait: rpcRecvPoll timedout", and the heartbeat checks ("Heartbeat timed out",
 // R590+ "_kgspRpcRecvPoll: GSP RM heartbeat timed out" / "LibOS heartbeat timed out").
+// An assertion or check that a call timed out ("Call timed out [NV_ERR_TIMEOUT] (0x00000065) returned from
+// <call> @ <file>") is a GSP timeout when the call it names is a GSP RPC or GSP wait (rpc..., ...Rpc..., kgsp...,
+// ..._GSP); other NV_ERR_TIMEOUTs (a memory scrub, a cache flush) say nothing about the GSP and raise nothing.
 const GSP_TIMEOUT =
-  /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout/;
+  /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout|\[NV_ERR_TIMEOUT\][^@]{0,40}returned from [^@]{0,200}?(?:[Rr]pc|[Gg]sp|GSP)/;
 const gspTimeout: KernelRule = {
   name: 'nvidia-gsp-timeout',
-  keywords: ['_kgspLog', 'eartbeat timed out', 'Timeout waiting for RPC from GSP', 'pcRecvPoll timedout'],
+  keywords: ['_kgspLog', 'eartbeat timed out', 'Timeout waiting for RPC from GSP', 'pcRecvPoll timedout', '[NV_ERR_TIMEOUT]'],
   prefilter: ['NVRM'],
   match(msg) {
     if (!msg.includes('NVRM') || !GSP_TIMEOUT.test(msg)) return null;
@@ -155,6 +163,41 @@ const gspTimeout: KernelRule = {
       reason: 'NvidiaGSPTimeout',
       entity: '',
       summary: `NVIDIA GSP firmware timeout${g ? ` on GPU${g[1]}` : ''}`,
+      ...(g ? { attrs: { gpuIndex: Number(g[1]) } } : {}),
+    };
+  },
+};
+
+// A GPU the driver never took, summed up by the driver once it has probed every NVIDIA device: "The
+// NVIDIA probe routine was not called for 3 device(s)." (another driver owns them), "No NVIDIA devices
+// probed." / R3xx "No NVIDIA graphics adapter probed!", "No NVIDIA GPU found." / "No NVIDIA graphics adapter
+// found!", "None of the NVIDIA devices were initialized." / "None of the NVIDIA graphics adapters were
+// initialized!". And a GPU that needs a reset, seen in a GSP call failing with NV_ERR_RESET_REQUIRED (0x62):
+// "GspRmAlloc failed: ... status=0x00000062", "Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]",
+// nvidia-modeset's "Failed to initialize display engine: 0x62 (Reset required [NV_ERR_RESET_REQUIRED])".
+const NOT_PROBED =
+  /NVRM: (?:The NVIDIA probe routine was not called for (\d+) device|No NVIDIA (?:devices|graphics adapter) probed|No NVIDIA (?:GPU|graphics adapter) found|None of the NVIDIA (?:devices|graphics adapters) were initiali[sz]ed)/;
+const RESET_REQUIRED = /\[NV_ERR_RESET_REQUIRED\]|NVRM:? rpcRmApi\w{1,32}_GSP: GspRm\w{1,16} failed: .*\bstatus=0x00000062\b/;
+const gpuUnusable: KernelRule = {
+  name: 'nvidia-gpu-unusable',
+  keywords: ['NVIDIA probe routine was not called', 'probed', 'No NVIDIA', 'None of the NVIDIA', 'NV_ERR_RESET_REQUIRED', 'status=0x00000062'],
+  prefilter: ['NVRM', 'NV_ERR_RESET_REQUIRED'],
+  match(msg): RuleHit | null {
+    const n = NOT_PROBED.exec(msg);
+    if (n) {
+      return {
+        reason: 'NvidiaGPUNotProbed',
+        entity: '',
+        summary: n[1] ? `the NVIDIA driver did not probe ${n[1]} GPU(s) (another driver owns them)` : 'the NVIDIA driver brought up no GPU',
+        ...(n[1] ? { attrs: { devices: Number(n[1]) } } : {}),
+      };
+    }
+    if (!RESET_REQUIRED.test(msg)) return null;
+    const g = GSP_GPU.exec(msg);
+    return {
+      reason: 'NvidiaGPUResetRequired',
+      entity: '',
+      summary: `NVIDIA GPU${g ? ` ${g[1]}` : ''} needs a reset (NV_ERR_RESET_REQUIRED)`,
       ...(g ? { attrs: { gpuIndex: Number(g[1]) } } : {}),
     };
   },
@@ -205,13 +248,18 @@ const ncclCrash: KernelRule = {
 // ------------------------------------------------------------------ kernel
 
 const SOFT_LOCKUP = /soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?/;
+// The panic softlockup_panic makes of it names the cause, not the CPU (the BUG line before it does).
+const SOFT_LOCKUP_PANIC = 'not syncing: softlockup: hung tasks';
 const softLockup: KernelRule = {
   name: 'soft-lockup',
-  keywords: ['soft lockup - CPU#'],
-  prefilter: ['BUG'],
+  keywords: ['soft lockup - CPU#', SOFT_LOCKUP_PANIC],
+  prefilter: ['BUG', SOFT_LOCKUP_PANIC],
   match(msg) {
     const m = SOFT_LOCKUP.exec(msg);
-    if (!m) return null;
+    if (!m) {
+      if (!msg.includes(SOFT_LOCKUP_PANIC)) return null;
+      return { reason: 'SoftLockup', entity: '', summary: 'kernel panic on a soft lockup (softlockup_panic)' };
+    }
     const attrs: Record<string, string | number> = { cpu: Number(m[1]), seconds: Number(m[2]) };
     if (m[3]) {
       attrs.process = m[3];
@@ -241,13 +289,49 @@ const hardLockup: KernelRule = {
   },
 };
 
+// RCU CPU stall warnings. The header, 2.6.3x to 6.x: "INFO: rcu_sched_state detected stall on CPU 0 (t=15000
+// jiffies)", "INFO: rcu_sched detected stalls on CPUs/tasks: { 2} (detected by 7, t=15002 jiffies)", "INFO:
+// rcu_sched self-detected stall on CPU { 3}  (t=6000 jiffies ...)", 4.x+ "rcu: INFO: rcu_preempt
+// self-detected stall on CPU" and "... detected stalls on CPUs/tasks:" with the CPUs on the lines after, and
+// expedited "rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 0-... } 6 jiffies s: 85 root:
+// 0x1/." (a "P392" in the braces is a preempted task, not a CPU). The per-CPU detail line of 4.x+, "rcu:
+// \t3-...!: (1 GPs behind) idle=..." / "\t0-....: (5249 ticks this GP) idle=...", names the stalled CPU.
+const RCU_HEAD = /\b(rcu_(?:sched|preempt|bh))(?:_state)? (self-)?detected (expedited )?stalls? on CPU(?:s\/tasks)?(?: (\d{1,5})\b|:? *\{([^}]{0,256})\})?/;
+const RCU_CPU = /^(?:rcu: )?\s*(\d{1,5})(?:-[.A-Za-z!0-9]{3,6})?: \(\d+ (?:GPs behind|ticks this GP)\) idle=/;
+const rcuStall: KernelRule = {
+  name: 'rcu-stall',
+  keywords: ['stall', 'GPs behind', 'ticks this GP'],
+  match(msg) {
+    const d = RCU_CPU.exec(msg);
+    if (d) return { reason: 'RCUStall', entity: `cpu:${d[1]}`, summary: `RCU stall on CPU ${d[1]}`, attrs: { cpu: Number(d[1]) } };
+    const m = RCU_HEAD.exec(msg);
+    if (!m) return null;
+    const cpus = m[4] !== undefined ? [m[4]] : (m[5] ?? '').split(/\s+/).flatMap((t) => /^(\d{1,5})(?:-|$)/.exec(t)?.[1] ?? []);
+    const kind = `${m[2] ? 'self-detected ' : ''}${m[3] ? 'expedited ' : ''}${m[1]} stall`;
+    const attrs: Record<string, string | number> = { flavor: m[1] };
+    if (cpus.length === 1) attrs.cpu = Number(cpus[0]);
+    else if (cpus.length > 1) attrs.cpus = cpus.join(',');
+    return {
+      reason: 'RCUStall',
+      entity: cpus.length === 1 ? `cpu:${cpus[0]}` : '',
+      summary: `RCU ${kind}${cpus.length ? ` on CPU ${cpus.join(', ')}` : ''}`,
+      attrs,
+    };
+  },
+};
+
 const HUNG_TASK = /\btask (.+):(\d+) blocked for more than (\d+)(?: seconds|s)\b/;
+// hung_task_panic's panic names the cause; the "task ... blocked" lines before it name the tasks.
+const HUNG_TASK_PANIC = 'not syncing: hung_task: blocked tasks';
 const appBlocked: KernelRule = {
   name: 'hung-task',
-  keywords: ['blocked for more than'],
+  keywords: ['blocked for more than', HUNG_TASK_PANIC],
   match(msg) {
     const m = HUNG_TASK.exec(msg);
-    if (!m) return null;
+    if (!m) {
+      if (!msg.includes(HUNG_TASK_PANIC)) return null;
+      return { reason: 'AppBlocked', entity: '', summary: 'kernel panic on a hung task (hung_task_panic)' };
+    }
     return {
       reason: 'AppBlocked',
       entity: '',
@@ -257,19 +341,25 @@ const appBlocked: KernelRule = {
   },
 };
 
-const SEGFAULT = /(\S{1,64})\[(\d{1,10})\]: segfault at /;
-const TRAP = /traps: (\S+)\[(\d+)\] /;
+// The kernel prints the task's comm before "[pid]": "%s[%d]: segfault at" and "traps: %s[%d] ...". A
+// comm may hold spaces (Firefox's "Web Content"); it starts after any prefix the parser left (a
+// "kernel: " ident, a "] " timestamp end), so the name has no ':' or brackets in the segfault form.
+const SEGFAULT = /([^\s[\]:][^[\]:]{0,63})\[(\d{1,10})\]: segfault at /;
+const TRAP = /traps: ([^\s[\]][^[\]]{0,63})\[(\d{1,10})\] /;
 const appCrash: KernelRule = {
   name: 'app-crash',
   keywords: ['segfault at ', 'traps: '],
   match(msg) {
     const m = SEGFAULT.exec(msg) ?? TRAP.exec(msg);
     if (!m) return null;
+    const program = m[1].trimEnd();
+    // One problem (and one Event series in the Kubernetes sink) per program, never per pid: a
+    // program that aborts every few seconds is one series with a count, another program its own.
     return {
       reason: 'AppCrash',
-      entity: '',
-      summary: `process ${m[1]} (pid ${m[2]}) crashed`,
-      attrs: { process: m[1], pid: Number(m[2]) },
+      entity: `program:${program}`,
+      summary: `process ${program} (pid ${m[2]}) crashed`,
+      attrs: { process: program, pid: Number(m[2]) },
     };
   },
 };
@@ -331,8 +421,10 @@ const oomKill: KernelRule = {
 // says whether the error was corrected (bit 61, UC, clear) or not. "Machine Check Exception" without
 // a readable status is uncorrected (the #MC exception is raised for those).
 const MCE_BANK = /Machine Check( Exception)?: [0-9a-fA-F]+ Bank \d+: ([0-9a-fA-F]{16})\b/;
+// The panics that name a machine check: "Fatal machine check" (also "... on current CPU"), "Fatal
+// local machine check" (5.x+ LMCE), and the rendezvous timeout of a broadcast #MC.
 const MCE_UNCORRECTED =
-  /Machine Check Exception: [0-9a-fA-F]+$|Machine check: Processor context corrupt|Kernel panic: CPU context corrupt|[Ff]atal [Mm]achine check|Uncorrected hardware memory error|EDAC MC\d+: \d+ UE /;
+  /Machine Check Exception: [0-9a-fA-F]+$|Machine check: Processor context corrupt|Kernel panic: CPU context corrupt|[Ff]atal (?:local )?[Mm]achine check|Timeout: Not all CPUs entered broadcast exception handler|Uncorrected hardware memory error|EDAC MC\d+: \d+ UE /;
 const MCE_CORRECTED = /Machine check events logged|CMCI storm detected|EDAC MC\d+: \d+ CE /;
 const machineCheck: KernelRule = {
   name: 'machine-check',
@@ -354,10 +446,85 @@ const machineCheck: KernelRule = {
   },
 };
 
+// ------------------------------------------------------------------ records from the previous boot
+
+/**
+ * How far into a boot a machine-check record found by the boot-time poll may still be printed: the
+ * poll runs as each CPU comes up and its records are printed from a work item soon after (0.06 s on
+ * the boot CPU, within the SMP bring-up for the others; 60 s leaves room for slow late initcalls).
+ */
+export const PREVIOUS_BOOT_WINDOW_MS = 60_000;
+
+/** The header under which the kernel prints the firmware's BERT records ("BERT: " is its pr_fmt). */
+export const BERT_HEAD = 'BERT: Error records from previous boot';
+
+// A bank record found by polling: "Machine Check: <MCG status>" without "Exception" (MCIP clear), which
+// is also why the kernel prints "TSC 0" after it (the boot-time poll takes no timestamp).
+const MCE_POLLED = /(?:CPU (\d{1,5}): )?Machine Check: ([0-9a-fA-F]{1,16}) Bank (\d{1,3}): ([0-9a-fA-F]{16})\b/;
+
+/**
+ * A machine-check hit logged `uptimeMs` into the boot: PreviousBootHardwareError when the line is a
+ * record of the boot-time poll (a polled bank record, or "Machine check events logged") within
+ * PREVIOUS_BOOT_WINDOW_MS, else null (the hit stands). Records the CPU raised as an exception
+ * ("Machine Check Exception", the panic lines) are this boot's at any time.
+ */
+export function previousBootMachineCheck(msg: string, hit: RuleHit, uptimeMs: number): RuleHit | null {
+  if (hit.reason !== 'MachineCheckCorrected' && hit.reason !== 'MachineCheckUncorrected') return null;
+  if (!(uptimeMs >= 0 && uptimeMs <= PREVIOUS_BOOT_WINDOW_MS)) return null;
+  const secs = Math.round(uptimeMs) / 1000;
+  const b = MCE_POLLED.exec(msg);
+  if (b) {
+    const status = BigInt(`0x${b[4]}`);
+    const uc = ((status >> 61n) & 1n) === 1n;
+    const en = ((status >> 60n) & 1n) === 1n;
+    const pcc = ((status >> 57n) & 1n) === 1n;
+    const attrs: Record<string, string | number | boolean> = {
+      status: b[4].toLowerCase(),
+      mcgStatus: b[2].toLowerCase(),
+      bank: Number(b[3]),
+      uc,
+      en,
+      pcc,
+      bootSeconds: secs,
+      wouldBe: hit.reason,
+    };
+    if (b[1] !== undefined) attrs.cpu = Number(b[1]);
+    const bits = `${uc ? 'UC' : 'corrected'}${pcc ? ', PCC' : ''}, EN ${en ? 'set' : 'clear'}`;
+    return {
+      reason: 'PreviousBootHardwareError',
+      entity: '',
+      summary:
+        `machine-check record from before this boot: bank ${b[3]} status ${attrs.status} (${bits}) found by the boot-time poll ` +
+        `(MCG status ${attrs.mcgStatus}, no exception) ${secs} s into the boot; in this boot's time it would be ${hit.reason}`,
+      attrs,
+    };
+  }
+  if (!msg.includes('Machine check events logged')) return null;
+  return {
+    reason: 'PreviousBootHardwareError',
+    entity: '',
+    summary: `machine-check events logged ${secs} s into the boot by the boot-time poll: records from before this boot`,
+    attrs: { bootSeconds: secs, wouldBe: hit.reason },
+  };
+}
+
+/** A CPER hit printed under the BERT header: the firmware's record of the previous boot's error. */
+export function previousBootCper(hit: RuleHit): RuleHit | null {
+  if (hit.reason !== 'HardwareErrorFatal' && hit.reason !== 'HardwareErrorCorrected') return null;
+  const severity = hit.attrs?.severity ?? 'unknown';
+  return {
+    reason: 'PreviousBootHardwareError',
+    entity: '',
+    summary: `BERT record from the previous boot, event severity ${severity}; in this boot's time it would be ${hit.reason}`,
+    attrs: { severity, source: 'BERT', wouldBe: hit.reason },
+  };
+}
+
 const CPER = /\[Hardware Error\]: event severity: (fatal|corrected|recoverable)\b/;
 const cper: KernelRule = {
   name: 'cper-hardware-error',
-  keywords: ['[Hardware Error]: event severity'],
+  // The BERT header raises nothing itself: the classifier marks the records printed under it.
+  keywords: ['[Hardware Error]: event severity', BERT_HEAD],
   match(msg) {
     const m = CPER.exec(msg);
     if (!m) return null;
@@ -535,14 +702,18 @@ const ext4: KernelRule = {
 };
 
 const XFS_DOWN = /XFS \(([^)]+)\): .*(?:Shutting down filesystem|xfs_do_force_shutdown|[Ff]ilesystem has been shut down)/;
+// The 2.6-era wording, without the "XFS (dev): " prefix: 'xfs_force_shutdown(dm-0,0x8) called from line
+// ...' and 'Filesystem "dm-0": I/O Error Detected.  Shutting down filesystem: dm-0'.
+const XFS_DOWN_OLD = /xfs_force_shutdown\(([^,()\s]{1,64}),0x[0-9a-fA-F]{1,8}\) called from|Shutting down filesystem: ([^\s"]{1,64})/;
 const xfs: KernelRule = {
   name: 'xfs-shutdown',
-  keywords: ['Shutting down filesystem', 'xfs_do_force_shutdown', 'has been shut down'],
-  prefilter: ['XFS', 'xfs_do_force_shutdown'],
+  keywords: ['Shutting down filesystem', 'xfs_do_force_shutdown', 'has been shut down', 'xfs_force_shutdown('],
+  prefilter: ['XFS', 'xfs_do_force_shutdown', 'xfs_force_shutdown(', 'Shutting down filesystem: '],
   match(msg) {
     const m = XFS_DOWN.exec(msg);
-    if (!m && !msg.includes('xfs_do_force_shutdown')) return null;
-    const dev = m?.[1];
+    const old = m ? null : XFS_DOWN_OLD.exec(msg);
+    if (!m && !old && !msg.includes('xfs_do_force_shutdown')) return null;
+    const dev = m?.[1] ?? old?.[1] ?? old?.[2];
     return {
       reason: 'XFSShutdown',
       entity: dev ? `blockdev:${dev}` : '',
@@ -552,17 +723,23 @@ const xfs: KernelRule = {
   },
 };
 
-// XFS errors short of a shutdown: corruption found, metadata I/O errors, internal errors.
+// XFS errors: corruption found, metadata I/O errors, internal errors. Each raises XFSError on its own
+// line, also when a shutdown follows (its lines raise XFSShutdown). The 2.6-era wording: 'Filesystem
+// "dm-0": XFS internal error xfs_trans_cancel at line ...' and, with no device, 'XFS: Internal error
+// XFS_WANT_CORRUPTED_RETURN at line ...'.
 const XFS_ERR =
   /XFS \(([^)]+)\): (?:Metadata corruption detected|Metadata CRC error detected|Corruption detected|Corruption of in-memory data detected|metadata I\/O error|Internal error|log I\/O error)/;
+const XFS_ERR_OLD = /Filesystem "([^"]{1,64})": XFS internal error|(?:^|\s)XFS: Internal error /;
 const xfsError: KernelRule = {
   name: 'xfs-error',
-  keywords: ['orruption', 'I/O error', 'Internal error', 'CRC error'],
+  keywords: ['orruption', 'I/O error', 'Internal error', 'CRC error', 'XFS internal error'],
   prefilter: ['XFS'],
   match(msg) {
-    const m = XFS_ERR.exec(msg);
+    const m = XFS_ERR.exec(msg) ?? XFS_ERR_OLD.exec(msg);
     if (!m) return null;
-    return { reason: 'XFSError', entity: `blockdev:${m[1]}`, summary: `XFS error on ${m[1]}`, attrs: { device: m[1] } };
+    const dev = m[1];
+    if (dev === undefined) return { reason: 'XFSError', entity: '', summary: 'XFS internal error' };
+    return { reason: 'XFSError', entity: `blockdev:${dev}`, summary: `XFS error on ${dev}`, attrs: { device: dev } };
   },
 };
 
@@ -587,16 +764,180 @@ const readOnly: KernelRule = {
   },
 };
 
+// ------------------------------------------------------------------ network interfaces
+
+// NIC drivers whose probe failure leaves an adapter unusable (the driver core's "probe of X failed").
+const NIC_PROBE_FAILED = /\b(mlx5_core|ena|efa|ice|i40e|ixgbe|igb|bnxt_en): probe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed with error (-?\d+)/;
+// "mlx5_core 0000:41:00.0: ...", "ena 0000:00:05.0 eth0: ...", "igb 0000:09:00.0: ...": the driver, the
+// PCI function and, where the netdev exists, its name.
+const NIC_DEV = /\b([a-z][a-z0-9_-]{1,15}) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?: ([A-Za-z0-9_.@-]{1,15}))?: /;
+// "NETDEV WATCHDOG: eth0 (ixgbe): transmit queue 0 timed out" (up to 6.1); 6.2+ prints it through
+// netdev_crit: "r8125 0000:22:04.0 eth4: NETDEV WATCHDOG: CPU: 3: transmit queue 0 timed out 5010 ms".
+const WATCHDOG_OLD = /NETDEV WATCHDOG: ([^\s(:]{1,15}) \(([^)]{1,32})\): transmit queue (\d+) timed out/;
+// Per-driver TX hang lines, after the name the driver prints them under (the netdev, or the PCI
+// function before the netdev exists): the 6.2+ watchdog, igb/ixgbe "Detected Tx Unit Hang", e1000e
+// "Detected Hardware Unit Hang", i40e/ice "eth9: tx_timeout recovery level N", mlx5/ipqess "TX timeout
+// on queue", mlx5 "TX timeout detected", ENA "The number of lost tx completions is above the threshold".
+const TX_HANG =
+  /(\S{1,32}): (?:NETDEV WATCHDOG: (?:CPU: \d+: )?transmit queue (\d+) timed out|Detected (?:Tx|Hardware) Unit Hang|tx_timeout recovery level \d|TX timeout (?:on queue|detected)|The number of lost tx completions is above the threshold)/;
+const BDF = /^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
+// mlx5 health: the poll saw no heartbeat ("device's health compromised - reached miss count") or a fatal
+// sensor ("Fatal error N detected"), or the FW reported a syndrome ("synd 0x8: unrecoverable hardware
+// error"). The health buffer's detail lines (assert_var[N], assert_exit_ptr, ext_synd, fw_ver...) raise
+// nothing more. ENA: "Keep alive watchdog timeout." (the device stopped its keep-alive; the driver resets).
+const NIC_FW =
+  /health compromised - reached miss count|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: [a-z]|Keep alive watchdog timeout/;
+const NIC_RECOVERY_FAILED = /health recovery flow aborted|health recovery failed/;
+
+const nicFault: KernelRule = {
+  name: 'nic-fault',
+  keywords: [
+    'NETDEV WATCHDOG',
+    'Unit Hang',
+    'tx_timeout recovery',
+    'TX timeout',
+    'lost tx completions',
+    'health compromised',
+    'Fatal error',
+    'synd 0x',
+    'Keep alive watchdog',
+    'health recovery',
+    ': probe of ',
+  ],
+  prefilter: ['NETDEV WATCHDOG', 'Unit Hang', 'tx_timeout recovery', 'TX timeout', 'lost tx', 'health', 'Fatal error', 'synd 0x', 'Keep alive', ': probe of '],
+  match(msg) {
+    const p = msg.includes(': probe of ') ? NIC_PROBE_FAILED.exec(msg) : null;
+    if (p) {
+      const bdf = p[2].toLowerCase();
+      return {
+        reason: 'NetworkAdapterFailed',
+        entity: `pci:${bdf}`,
+        summary: `${p[1]} could not bring up network adapter ${bdf} (probe error ${p[3]})`,
+        attrs: { device: bdf, driver: p[1], error: Number(p[3]) },
+      };
+    }
+    const w = msg.includes('NETDEV WATCHDOG') ? WATCHDOG_OLD.exec(msg) : null;
+    if (w) return txTimeout(w[1], undefined, w[2], { queue: Number(w[3]) });
+    const h = TX_HANG.exec(msg);
+    if (h) {
+      const d = NIC_DEV.exec(msg);
+      const pci = BDF.test(h[1]) ? h[1] : d?.[2];
+      return txTimeout(BDF.test(h[1]) ? undefined : h[1], pci, d?.[1], h[2] !== undefined ? { queue: Number(h[2]) } : {});
+    }
+    const fatal = NIC_RECOVERY_FAILED.test(msg);
+    if (!fatal && !NIC_FW.test(msg)) return null;
+    const d = NIC_DEV.exec(msg);
+    // "Fatal error N detected" and "synd 0x..:" are mlx5 wordings: only from an mlx5 device.
+    if (!d || !(d[1].startsWith('mlx5') || d[1] === 'ena')) return null;
+    const bdf = d[2].toLowerCase();
+    const attrs = { device: bdf, driver: d[1] };
+    return fatal
+      ? { reason: 'NetworkAdapterFailed', entity: `pci:${bdf}`, summary: `${d[1]} could not recover network adapter ${bdf}`, attrs }
+      : { reason: 'NetworkAdapterFirmwareError', entity: `pci:${bdf}`, summary: `network adapter ${bdf} (${d[1]}) firmware error`, attrs };
+  },
+};
+
+function txTimeout(iface: string | undefined, bdf: string | undefined, driver: string | undefined, attrs: Record<string, number>): RuleHit {
+  const pci = bdf?.toLowerCase();
+  const entity = iface ? `netif:${iface}` : pci ? `pci:${pci}` : '';
+  const all: Record<string, string | number> = { ...attrs };
+  if (iface) all.interface = iface;
+  if (pci) all.device = pci;
+  if (driver) all.driver = driver;
+  return { reason: 'NetworkTxTimeout', entity, summary: `transmit queue timed out on ${iface ?? pci ?? 'a network interface'}`, attrs: all };
+}
+
+// ------------------------------------------------------------------ remote and volume storage
+
+// "nfs: server 10.0.0.2 not responding, still trying" / "..., timed out"; "nfs: server 10.0.0.2 OK".
+// NFSv4 "NFS: server X error" lines are something else; lockd's "lockd: server X not responding" is not
+// the data path and raises nothing.
+const NFS = /\bnfs: server (\S{1,255}) (not responding, (?:still trying|timed out)|OK)$/;
+// "device-mapper: thin: 253:2: switching pool to out-of-data-space (queue IO) mode", "... to read-only
+// mode", "... to fail mode", "... to write mode" (space added back: clears the pool's problems).
+const THIN = /device-mapper: thin: (\d+:\d+): switching pool to (out-of-data-space|read-only|fail|write) /;
+const THIN_REASONS: readonly ReasonName[] = ['ThinPoolOutOfSpace', 'ThinPoolReadOnly'];
+const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
+// "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" and
+// "BTRFS warning (device sda2): csum failed root 257 ino 4115546 off 0 csum 0x... expected csum ...".
+const BTRFS_ERRS = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
+const BTRFS_CSUM = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): csum failed /;
+// megaraid_sas "FW in FAULT state" and its adapter reset (OCR); mpt3sas "fault_state(0x5862)!";
+// and the failures: hpsa "controller lockup detected", megaraid_sas "killing adapter" / "Reset failed",
+// mpt3sas "diag reset: FAILED".
+const CTRL_FAILED = /controller lockup detected|[Kk]illing adapter|adapter reset failed|Reset failed, killing|diag reset: FAILED/;
+const CTRL_RESET = /FW in FAULT state|fault_state\(0x[0-9a-fA-F]+\)/;
+const CTRL_PCI = /\b(megaraid_sas|hpsa|mpt3sas|mpt2sas|smartpqi) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): /;
+const CTRL_IOC = /\b(mpt[23]sas_cm\d+): /;
+
+const volumeStorage: KernelRule = {
+  name: 'volume-storage',
+  keywords: ['nfs: server', 'switching pool to', 'errs: wr', 'csum failed', 'lockup detected', 'illing adapter', 'eset failed', 'FAULT state', 'fault_state(', 'diag reset: FAILED'],
+  prefilter: ['nfs: server', 'switching pool to', 'errs: wr', 'csum failed', 'lockup detected', 'illing adapter', 'eset failed', 'FAULT state', 'fault_state(', 'diag reset: FAILED'],
+  match(msg): RuleHit | null {
+    if (msg.includes('nfs: server')) {
+      const m = NFS.exec(msg.trimEnd());
+      if (!m) return null;
+      const ok = m[2] === 'OK';
+      return {
+        reason: 'NFSServerNotResponding',
+        entity: `nfs:${m[1]}`,
+        summary: ok ? `NFS server ${m[1]} answers again` : `NFS server ${m[1]} not responding`,
+        attrs: { server: m[1] },
+        ...(ok ? { clears: NFS_REASONS } : {}),
+      };
+    }
+    if (msg.includes('switching pool to')) {
+      const m = THIN.exec(msg);
+      if (!m) return null;
+      const entity = `dm:${m[1]}`;
+      const attrs = { pool: m[1], mode: m[2] };
+      if (m[2] === 'write') return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} writable again`, attrs, clears: THIN_REASONS };
+      if (m[2] === 'out-of-data-space') return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} out of data space`, attrs };
+      return { reason: 'ThinPoolReadOnly', entity, summary: `thin pool ${m[1]} switched to ${m[2]} mode`, attrs };
+    }
+    if (msg.includes('BTRFS')) {
+      const e = BTRFS_ERRS.exec(msg);
+      if (e) {
+        const dev = e[2].replace(/^\/dev\/(?:mapper\/)?/, '');
+        return {
+          reason: 'BtrfsError',
+          entity: `blockdev:${dev}`,
+          summary: `btrfs error counters on ${dev}`,
+          attrs: { device: dev, filesystem: e[1], write: Number(e[3]), read: Number(e[4]), flush: Number(e[5]), corrupt: Number(e[6]), generation: Number(e[7]) },
+        };
+      }
+      const c = BTRFS_CSUM.exec(msg);
+      if (c) return { reason: 'BtrfsError', entity: `blockdev:${c[1]}`, summary: `btrfs checksum failure on ${c[1]}`, attrs: { device: c[1], kind: 'csum' } };
+      return null;
+    }
+    const failed = CTRL_FAILED.test(msg);
+    if (!failed && !CTRL_RESET.test(msg)) return null;
+    const p = CTRL_PCI.exec(msg);
+    const ioc = p ? null : CTRL_IOC.exec(msg);
+    if (!p && !ioc) return null;
+    const entity = p ? `pci:${p[2].toLowerCase()}` : `ioc:${ioc![1]}`;
+    const driver = p ? p[1] : ioc![1].replace(/_cm\d+$/, '');
+    const attrs = { driver, ...(p ? { device: p[2].toLowerCase() } : { ioc: ioc![1] }) };
+    const where = entity.slice(entity.indexOf(':') + 1);
+    return failed
+      ? { reason: 'StorageControllerFailed', entity, summary: `storage controller ${where} (${driver}) failed`, attrs }
+      : { reason: 'StorageControllerReset', entity, summary: `storage controller ${where} (${driver}) firmware fault, reset`, attrs };
+  },
+};
+
 /** All built-in rules in priority order (first hit wins). */
 export const BUILTIN_RULES: readonly KernelRule[] = [
   xid,
   fallenOff,
   initFailed,
   gspTimeout,
+  gpuUnusable,
   sxid,
   ncclCrash,
   softLockup,
   hardLockup,
+  rcuStall,
   appBlocked,
   appCrash,
   machineCheck,
@@ -613,4 +954,6 @@ export const BUILTIN_RULES: readonly KernelRule[] = [
   xfs,
   xfsError,
   readOnly,
+  nicFault,
+  volumeStorage,
 ];

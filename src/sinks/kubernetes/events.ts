@@ -3,6 +3,11 @@
  * (reason, entity) are aggregated into one Event series, creations are rate-limited per reason,
  * and every drop is counted. Event names are chosen here, so a retried create that already landed
  * comes back 409 and is not applied twice.
+ *
+ * This is the one place repeats fold into Events (the engine only decides what one problem is: its
+ * reason and entity, e.g. AppCrash per program). A series is created once, then only its
+ * series.count and lastObservedTime are patched; it lasts while repeats come less than
+ * seriesFinishMs (6 min) apart, and the next occurrence after that starts a new Event.
  */
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
@@ -119,12 +124,15 @@ export class EventRecorder {
       const bucket = f.severity === 'Fatal' ? { key: `fatal|${f.reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30 } : undefined;
       this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at, bucket);
     } else if (event.kind === 'repeat' && event.problem.severity !== 'Info') {
-      // The engine does not re-emit repeats inside its window; they still count in the series.
-      const s = this.series.get(`${event.problem.reason}|${event.problem.entity}`);
-      if (s && !s.failed) {
-        s.count++;
-        s.lastObserved = Math.max(s.lastObserved, event.problem.lastSeen);
-      }
+      // The engine does not re-emit repeats inside its window (engine.repeatWindow); they still
+      // count in the series. The series is this sink's alone: a repeat that finds none live (its
+      // series finished while the engine's window, which may be configured longer, still ran)
+      // starts one like a finding does, so every occurrence is counted or told. A series whose
+      // create was refused is retried by the engine's next finding only, as before.
+      const p = event.problem;
+      if (this.series.get(`${p.reason}|${p.entity}`)?.failed) return;
+      const bucket = p.severity === 'Fatal' ? { key: `fatal|${p.reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30 } : undefined;
+      this.observe(`${p.reason}|${p.entity}`, p.reason, `${p.entity ? `${p.entity}: ` : ''}${p.message}`, 'Warning', p.lastSeen, bucket);
     } else if (event.kind === 'condition') {
       const c = event.condition;
       // One Event per transition, so `kubectl describe node` tells the story.
@@ -162,6 +170,9 @@ export class EventRecorder {
       existing.lastObserved = Math.max(existing.lastObserved, at);
       return;
     }
+    // A finished series the flush timer has not reached yet gets its final count before the next
+    // series of the same key takes its place.
+    if (existing && !existing.failed && existing.count > existing.written) this.enqueue({ kind: 'series', series: existing });
     if (!this.take(bucket.key, bucket.perMinute, at)) {
       this.m.dropped.inc({ why: 'rate_limited' });
       return;

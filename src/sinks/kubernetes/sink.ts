@@ -38,6 +38,8 @@ export interface KubernetesSinkOptions {
   finalWriteMs?: number;
   /** reportingInstance of Events (default vigil-<hostname>, i.e. the pod name in a cluster). */
   instance?: string;
+  /** The clock Event series are timed by (default Date.now; tests inject the engine's). */
+  eventsNow?: () => number;
 }
 
 /** Longest a message-only condition write waits for the Event posted with it. */
@@ -77,6 +79,7 @@ export class KubernetesSink implements Sink {
       ...(o.retry ? { retry: o.retry } : {}),
       ...(o.seriesFlushMs ? { seriesFlushMs: o.seriesFlushMs } : {}),
       ...(o.seriesRefreshMs ? { seriesRefreshMs: o.seriesRefreshMs } : {}),
+      ...(o.eventsNow ? { now: o.eventsNow } : {}),
     });
   }
 
