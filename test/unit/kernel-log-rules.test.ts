@@ -153,12 +153,13 @@ test('fallen off the bus: the same text as one record with embedded newlines', (
   assert.equal(f.length, 1);
   assert.equal(f[0].entity, 'gpu:0000:b3:00');
   assert.ok(!f[0].message.includes('\n'), 'the finding message is one line');
-  // "not supported by this driver" starts the same way and must not count.
+  // "not supported by this driver" starts the same way: the driver refused the GPU, not Xid 79.
+  const unsupported = one(
+    'NVRM: The NVIDIA GPU 0000:01:00.0\nNVRM: (PCI ID: 10de:1b80) installed in this system is\nNVRM: not supported by the NVIDIA 390.xx driver release.',
+  );
   assert.deepEqual(
-    one(
-      'NVRM: The NVIDIA GPU 0000:01:00.0\nNVRM: (PCI ID: 10de:1b80) installed in this system is\nNVRM: not supported by the NVIDIA 390.xx driver release.',
-    ),
-    [],
+    unsupported.map((x) => [x.reason, x.entity]),
+    [['NvidiaGPUUnsupported', 'gpu:0000:01:00']],
   );
 });
 
@@ -250,4 +251,87 @@ test('every built-in rule names keywords that its fixture lines contain (the pre
       msg,
     );
   }
+});
+
+test('RCU stalls: one problem per CPU the report names, the header on the node when it names none', () => {
+  const got = (c: KernelLogClassifier, message: string, at = T0) => c.classify({ message }, at).map((f) => `${f.reason}@${f.entity}`);
+  const c = new KernelLogClassifier();
+  // 6.x self-detected: the header names no CPU, the detail line after it does.
+  assert.deepEqual(got(c, 'rcu: INFO: rcu_preempt self-detected stall on CPU'), ['RCUStall@']);
+  assert.deepEqual(got(c, 'rcu: \t0-....: (1 GPs behind) idle=3514/0/0x3 softirq=671080/671080 fqs=3762'), ['RCUStall@cpu:0']);
+  assert.deepEqual(got(c, 'rcu: \t(t=21002 jiffies g=1292137 q=85 ncpus=2)'), []);
+  // 3.x/4.x: the CPU in braces or after "CPU"; expedited "{ 0-... }"; a preempted task "{ P392 }" is no CPU.
+  assert.deepEqual(got(c, 'INFO: rcu_sched_state detected stalls on CPUs/tasks: { 2} (detected by 7, t=15002 jiffies)'), [
+    'RCUStall@cpu:2',
+  ]);
+  assert.deepEqual(got(c, 'INFO: rcu_sched_state detected stall on CPU 7 (t=15000 jiffies)'), ['RCUStall@cpu:7']);
+  assert.deepEqual(got(c, 'rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 0-... } 6 jiffies s: 85 root: 0x1/.'), [
+    'RCUStall@cpu:0',
+  ]);
+  assert.deepEqual(got(c, 'rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { P392 } 21382 jiffies s: 117 root: 0x0/T'), [
+    'RCUStall@',
+  ]);
+  const [two] = c.classify({ message: 'INFO: rcu_sched detected stalls on CPUs/tasks: { 2 5} (detected by 7, t=15002 jiffies)' }, T0);
+  assert.equal(two.entity, '');
+  assert.equal(two.attrs?.cpus, '2,5');
+  // The rest of the report, and RCU's boot lines, raise nothing.
+  for (const benign of [
+    'rcu: rcu_sched kthread starved for 38227 jiffies! g-1127 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x402 ->cpu=1',
+    'rcu: \t(detected by 0, t=38227 jiffies, g=-1127, q=10)',
+    'rcu: Hierarchical RCU implementation.',
+    'rcu: RCU calculated value of scheduler-enlistment delay is 25 jiffies.',
+    'Kernel command line: BOOT_IMAGE=/vmlinuz idle=poll',
+  ])
+    assert.deepEqual(got(c, benign), [], benign);
+});
+
+test('a GPU the driver never brings up is fatal; the probe-failed summary is not', () => {
+  const got = (c: KernelLogClassifier, message: string, at = T0) => c.classify({ message }, at).map((f) => `${f.reason}@${f.entity}`);
+  const c = new KernelLogClassifier();
+  assert.deepEqual(got(c, 'NVRM: The NVIDIA probe routine was not called for 3 device(s).'), ['NvidiaGPUNotProbed@']);
+  assert.deepEqual(got(c, 'NVRM: No NVIDIA graphics adapter probed!'), ['NvidiaGPUNotProbed@']);
+  assert.deepEqual(got(c, 'NVRM: None of the NVIDIA devices were initialized.'), ['NvidiaGPUNotProbed@']);
+  assert.deepEqual(got(c, 'NVRM: The NVIDIA probe routine failed for 1 device(s).'), []);
+  assert.equal(lookupReason('NvidiaGPUNotProbed')?.severity, 'Fatal');
+  assert.equal(lookupReason('NvidiaGPUNotProbed')?.condition, 'AcceleratedHardwareReady');
+  // Open nvidia.ko refusing a GPU without GSP: records joined within the window name the GPU.
+  assert.deepEqual(got(c, 'NVRM: The NVIDIA GPU 0000:02:00.0 (PCI ID: 10de:1b82)', T0), []);
+  assert.deepEqual(got(c, 'NVRM: installed in this system is not supported by open', T0 + 1), ['NvidiaGPUUnsupported@gpu:0000:02:00']);
+  assert.deepEqual(got(c, 'NVRM: nvidia.ko because it does not include the required GPU', T0 + 2), []);
+  assert.deepEqual(got(c, 'NVRM: System Processor (GSP).', T0 + 3), []);
+  assert.equal(lookupReason('NvidiaGPUUnsupported')?.severity, 'Fatal');
+});
+
+test('GSP calls failing with NV_ERR_RESET_REQUIRED raise NvidiaGPUResetRequired; NV_ERR_TIMEOUT from a GSP call is a GSP timeout', () => {
+  const got = (message: string) => one(message).map((f) => `${f.reason}@${f.entity}`);
+  assert.deepEqual(
+    got(
+      'NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054; hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000062; status=0x00000062',
+    ),
+    ['NvidiaGPUResetRequired@'],
+  );
+  assert.deepEqual(
+    got('nvidia-modeset: ERROR: GPU:0: Failed to initialize display engine: 0x62 (Reset required [NV_ERR_RESET_REQUIRED])'),
+    ['NvidiaGPUResetRequired@'],
+  );
+  // Another status in the same shape is not a reset.
+  assert.deepEqual(
+    got(
+      'NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054; hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000051; status=0x00000051',
+    ),
+    [],
+  );
+  assert.deepEqual(
+    got(
+      'NVRM: GPU0 nvCheckOkFailedNoLog: Check failed: Call timed out [NV_ERR_TIMEOUT] (0x00000065) returned from kgspWaitForGfwBootOk_HAL(pGpu, pKernelGsp) @ kernel_gsp.c:4945',
+    ),
+    ['NvidiaGSPTimeout@'],
+  );
+  // A timeout in a call that is no GSP RPC (a cache flush) says nothing about the GSP.
+  assert.deepEqual(
+    got(
+      'NVRM: nvAssertOkFailedNoLog: Assertion failed: Call timed out [NV_ERR_TIMEOUT] (0x00000065) returned from kmemsysCacheOp_HAL(pGpu, pKernelMemorySystem, NULL, FB_CACHE_SYSTEM_MEMORY, FB_CACHE_INVALIDATE) @ mem_desc.c:1512',
+    ),
+    [],
+  );
 });

@@ -8,18 +8,24 @@
  *    as one record with embedded newlines is matched directly);
  *  - when each GPU last raised NvidiaXID79Error, so a GPU that falls off the bus is reported once
  *    even when both the fallen-off text and the Xid 79 line arrive (either order);
- *  - the NPD line buffers.
+ *  - the NPD line buffers;
+ *  - whether the line before was part of the records BERT prints "from previous boot", so its CPER
+ *    lines raise PreviousBootHardwareError (and a machine-check record of the boot-time poll does,
+ *    by the line's own boot timestamp: `uptimeMs`, or a kmsg record's `tsUsec`).
  */
-import type { Finding, SourceName } from '../../api/types.ts';
+import type { Finding, HealthySignal, SourceName } from '../../api/types.ts';
 import type { NpdConfig } from './npd.ts';
 import { NpdMatcher } from './npd.ts';
 import {
+  BERT_HEAD,
   BUILTIN_RULES,
   DEFAULT_FATAL_XIDS,
   DEFAULT_IGNORED_BLOCK_DEVICES,
   DEFAULT_PCIE_CORRECTED_THRESHOLD,
   fallenOffHit,
   normalizePci,
+  previousBootCper,
+  previousBootMachineCheck,
   type KernelRule,
   type RuleEnv,
   type RuleHit,
@@ -32,6 +38,10 @@ export interface ClassifiableLine {
   message: string;
   seq?: number;
   level?: number;
+  /** When the line was logged, in ms since boot, where its format says (dmesg "[secs]", kernel: [secs]). */
+  uptimeMs?: number;
+  /** A kmsg record's microseconds since boot (used when `uptimeMs` is not given). */
+  tsUsec?: number;
 }
 
 export interface ClassifierOptions {
@@ -54,11 +64,30 @@ export interface ClassifierOptions {
   /** Log text kept in a finding's message (default 512 chars). */
   maxMessageChars?: number;
   source?: SourceName;
+  /**
+   * Called for a line that says an entity recovered (a rule hit with `clears`, such as "nfs: server
+   * X OK"): the caller passes it to the engine, which clears those reasons' whenHealthy problems.
+   */
+  onHealthy?: (h: HealthySignal) => void;
 }
 
 const UUID_LINE = /NVRM: GPU at PCI:([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})/;
 const FALLEN_START = /NVRM: The NVIDIA GPU ((?:PCI:)?[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)/;
 const FALLEN_END = 'fallen off the bus and is not responding to commands';
+// The same message's other ending: the driver refuses the GPU. Open nvidia.ko on a GPU without GSP
+// ("... installed in this system is not supported by open / nvidia.ko because it does not include the
+// required GPU / System Processor (GSP)."), or a legacy GPU ("... is not supported by the 367.57 /
+// NVIDIA Linux driver release.", "... is not supported by the / NVIDIA 390.xx driver release.").
+const UNSUPPORTED = /not supported by (?:open\b|the\s*$|the (?:NVIDIA )?\d)/m;
+
+function unsupportedHit(pci: string | undefined): RuleHit {
+  return {
+    reason: 'NvidiaGPUUnsupported',
+    entity: pci ? `gpu:${pci}` : '',
+    summary: `the NVIDIA driver does not support GPU ${pci ?? '(unknown PCI address)'} and left it unused`,
+    ...(pci ? { attrs: { pci } } : {}),
+  };
+}
 const MAX_GPUS = 256;
 
 function escapeRe(s: string): string {
@@ -104,9 +133,12 @@ export class KernelLogClassifier {
   private readonly xid79DedupMs: number;
   private readonly maxChars: number;
   private readonly source: SourceName;
+  private readonly onHealthy: ((h: HealthySignal) => void) | undefined;
   private readonly uuids = new Map<string, string>();
   private readonly xid79At = new Map<string, number>();
   private fallenStart: { pci: string; at: number } | undefined;
+  /** Inside the records printed under the BERT header (until a line without "[Hardware Error]"). */
+  private bert = false;
 
   constructor(opts: ClassifierOptions = {}) {
     this.env = {
@@ -129,6 +161,7 @@ export class KernelLogClassifier {
     this.prefilter = trieRegExp(needed, 'g');
     this.userRules = opts.userRules ?? [];
     this.source = opts.source ?? 'kmsg';
+    this.onHealthy = opts.onHealthy;
     this.maxChars = opts.maxMessageChars ?? 512;
     this.npd = (opts.npd ?? []).map((c) => new NpdMatcher(c, { source: this.source, maxMessageChars: this.maxChars }));
     this.joinWindowMs = opts.joinWindowMs ?? 2000;
@@ -154,6 +187,7 @@ export class KernelLogClassifier {
     const msg = line.message;
     if (typeof msg !== 'string' || msg === '') return [];
     const out: Finding[] = [];
+    if (this.bert && !msg.includes('[Hardware Error]')) this.bert = false;
     // The rules whose words occur in the line; nearly every line has none and stops here.
     let mask = 0;
     this.prefilter.lastIndex = 0;
@@ -162,8 +196,9 @@ export class KernelLogClassifier {
       this.prefilter.lastIndex = m.index + 1; // words may overlap
     }
     if (mask !== 0) {
-      const hit = this.builtin(msg, at, mask);
-      if (hit) out.push(this.toFinding(hit, msg, at));
+      const hit = this.builtin(msg, at, mask, line);
+      if (hit?.clears) this.onHealthy?.({ reasons: hit.clears, entity: hit.entity, source: this.source, at });
+      else if (hit) out.push(this.toFinding(hit, msg, at));
     }
     for (const r of this.userRules) {
       const f = this.user(r, msg, at);
@@ -177,10 +212,14 @@ export class KernelLogClassifier {
     return out;
   }
 
-  private builtin(msg: string, at: number, mask: number): RuleHit | null {
+  private builtin(msg: string, at: number, mask: number, line: ClassifiableLine): RuleHit | null {
     if (msg.includes('NVRM')) {
       const nv = this.nvidiaState(msg, at);
       if (nv !== undefined) return nv;
+    }
+    if (msg.includes(BERT_HEAD)) {
+      this.bert = true;
+      return null;
     }
     for (let i = 0; i < this.rules.length; i++) {
       const rule = this.rules[i];
@@ -188,8 +227,19 @@ export class KernelLogClassifier {
       const hit = rule.match(msg, this.env);
       if (!hit) continue;
       if (hit.attrs?.xid === 79 && this.seenXid79(hit.entity, at)) return null;
-      return hit;
+      return this.previousBoot(hit, msg, line) ?? hit;
     }
+    return null;
+  }
+
+  /** The hit as a record of the previous boot (see the catalog's "Previous boot" policy), or null. */
+  private previousBoot(hit: RuleHit, msg: string, line: ClassifiableLine): RuleHit | null {
+    if (hit.reason === 'MachineCheckCorrected' || hit.reason === 'MachineCheckUncorrected') {
+      const up = line.uptimeMs ?? (typeof line.tsUsec === 'number' ? line.tsUsec / 1000 : undefined);
+      return up === undefined ? null : previousBootMachineCheck(msg, hit, up);
+    }
+    // BERT prints its records without GHES's "{N}" sequence prefix.
+    if (this.bert && !msg.includes('}[Hardware Error]')) return previousBootCper(hit);
     return null;
   }
 
@@ -203,11 +253,13 @@ export class KernelLogClassifier {
     }
     const start = FALLEN_START.exec(msg);
     if (start) this.fallenStart = { pci: normalizePci(start[1]), at };
-    if (!msg.includes(FALLEN_END)) return start ? null : undefined;
+    const unsupported = UNSUPPORTED.test(msg);
+    if (!unsupported && !msg.includes(FALLEN_END)) return start ? null : undefined;
     // The end of the multi-line message: in this record, or within the window after its start.
     const s = this.fallenStart;
     this.fallenStart = undefined;
     const pci = s && at - s.at <= this.joinWindowMs ? s.pci : undefined;
+    if (unsupported) return unsupportedHit(pci);
     const hit = fallenOffHit(pci, this.env);
     return this.seenXid79(hit.entity, at) ? null : hit;
   }

@@ -180,7 +180,14 @@ const NOT_PROBED =
 const RESET_REQUIRED = /\[NV_ERR_RESET_REQUIRED\]|NVRM:? rpcRmApi\w{1,32}_GSP: GspRm\w{1,16} failed: .*\bstatus=0x00000062\b/;
 const gpuUnusable: KernelRule = {
   name: 'nvidia-gpu-unusable',
-  keywords: ['NVIDIA probe routine was not called', 'probed', 'No NVIDIA', 'None of the NVIDIA', 'NV_ERR_RESET_REQUIRED', 'status=0x00000062'],
+  keywords: [
+    'NVIDIA probe routine was not called',
+    'probed',
+    'No NVIDIA',
+    'None of the NVIDIA',
+    'NV_ERR_RESET_REQUIRED',
+    'status=0x00000062',
+  ],
   prefilter: ['NVRM', 'NV_ERR_RESET_REQUIRED'],
   match(msg): RuleHit | null {
     const n = NOT_PROBED.exec(msg);
@@ -296,7 +303,8 @@ const hardLockup: KernelRule = {
 // expedited "rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 0-... } 6 jiffies s: 85 root:
 // 0x1/." (a "P392" in the braces is a preempted task, not a CPU). The per-CPU detail line of 4.x+, "rcu:
 // \t3-...!: (1 GPs behind) idle=..." / "\t0-....: (5249 ticks this GP) idle=...", names the stalled CPU.
-const RCU_HEAD = /\b(rcu_(?:sched|preempt|bh))(?:_state)? (self-)?detected (expedited )?stalls? on CPU(?:s\/tasks)?(?: (\d{1,5})\b|:? *\{([^}]{0,256})\})?/;
+const RCU_HEAD =
+  /\b(rcu_(?:sched|preempt|bh))(?:_state)? (self-)?detected (expedited )?stalls? on CPU(?:s\/tasks)?(?: (\d{1,5})\b|:? *\{([^}]{0,256})\})?/;
 const RCU_CPU = /^(?:rcu: )?\s*(\d{1,5})(?:-[.A-Za-z!0-9]{3,6})?: \(\d+ (?:GPs behind|ticks this GP)\) idle=/;
 const rcuStall: KernelRule = {
   name: 'rcu-stall',
@@ -767,7 +775,8 @@ const readOnly: KernelRule = {
 // ------------------------------------------------------------------ network interfaces
 
 // NIC drivers whose probe failure leaves an adapter unusable (the driver core's "probe of X failed").
-const NIC_PROBE_FAILED = /\b(mlx5_core|ena|efa|ice|i40e|ixgbe|igb|bnxt_en): probe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed with error (-?\d+)/;
+const NIC_PROBE_FAILED =
+  /\b(mlx5_core|ena|efa|ice|i40e|ixgbe|igb|bnxt_en): probe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed with error (-?\d+)/;
 // "mlx5_core 0000:41:00.0: ...", "ena 0000:00:05.0 eth0: ...", "igb 0000:09:00.0: ...": the driver, the
 // PCI function and, where the netdev exists, its name.
 const NIC_DEV = /\b([a-z][a-z0-9_-]{1,15}) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?: ([A-Za-z0-9_.@-]{1,15}))?: /;
@@ -785,8 +794,7 @@ const BDF = /^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
 // sensor ("Fatal error N detected"), or the FW reported a syndrome ("synd 0x8: unrecoverable hardware
 // error"). The health buffer's detail lines (assert_var[N], assert_exit_ptr, ext_synd, fw_ver...) raise
 // nothing more. ENA: "Keep alive watchdog timeout." (the device stopped its keep-alive; the driver resets).
-const NIC_FW =
-  /health compromised - reached miss count|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: [a-z]|Keep alive watchdog timeout/;
+const NIC_FW = /health compromised - reached miss count|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: [a-z]|Keep alive watchdog timeout/;
 const NIC_RECOVERY_FAILED = /health recovery flow aborted|health recovery failed/;
 
 const nicFault: KernelRule = {
@@ -804,7 +812,18 @@ const nicFault: KernelRule = {
     'health recovery',
     ': probe of ',
   ],
-  prefilter: ['NETDEV WATCHDOG', 'Unit Hang', 'tx_timeout recovery', 'TX timeout', 'lost tx', 'health', 'Fatal error', 'synd 0x', 'Keep alive', ': probe of '],
+  prefilter: [
+    'NETDEV WATCHDOG',
+    'Unit Hang',
+    'tx_timeout recovery',
+    'TX timeout',
+    'lost tx',
+    'health',
+    'Fatal error',
+    'synd 0x',
+    'Keep alive',
+    ': probe of ',
+  ],
   match(msg) {
     const p = msg.includes(': probe of ') ? NIC_PROBE_FAILED.exec(msg) : null;
     if (p) {
@@ -844,7 +863,12 @@ function txTimeout(iface: string | undefined, bdf: string | undefined, driver: s
   if (iface) all.interface = iface;
   if (pci) all.device = pci;
   if (driver) all.driver = driver;
-  return { reason: 'NetworkTxTimeout', entity, summary: `transmit queue timed out on ${iface ?? pci ?? 'a network interface'}`, attrs: all };
+  return {
+    reason: 'NetworkTxTimeout',
+    entity,
+    summary: `transmit queue timed out on ${iface ?? pci ?? 'a network interface'}`,
+    attrs: all,
+  };
 }
 
 // ------------------------------------------------------------------ remote and volume storage
@@ -860,20 +884,45 @@ const THIN_REASONS: readonly ReasonName[] = ['ThinPoolOutOfSpace', 'ThinPoolRead
 const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
 // "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" and
 // "BTRFS warning (device sda2): csum failed root 257 ino 4115546 off 0 csum 0x... expected csum ...".
-const BTRFS_ERRS = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
+const BTRFS_ERRS =
+  /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
 const BTRFS_CSUM = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): csum failed /;
-// megaraid_sas "FW in FAULT state" and its adapter reset (OCR); mpt3sas "fault_state(0x5862)!";
+// megaraid_sas "FW in FAULT state" and its adapter reset (OCR, "resetting fusion adapter scsi0."); mpt3sas "fault_state(0x5862)!";
 // and the failures: hpsa "controller lockup detected", megaraid_sas "killing adapter" / "Reset failed",
 // mpt3sas "diag reset: FAILED".
 const CTRL_FAILED = /controller lockup detected|[Kk]illing adapter|adapter reset failed|Reset failed, killing|diag reset: FAILED/;
-const CTRL_RESET = /FW in FAULT state|fault_state\(0x[0-9a-fA-F]+\)/;
+const CTRL_RESET = /FW in FAULT state|fault_state\(0x[0-9a-fA-F]+\)|resetting fusion adapter/;
 const CTRL_PCI = /\b(megaraid_sas|hpsa|mpt3sas|mpt2sas|smartpqi) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): /;
 const CTRL_IOC = /\b(mpt[23]sas_cm\d+): /;
 
 const volumeStorage: KernelRule = {
   name: 'volume-storage',
-  keywords: ['nfs: server', 'switching pool to', 'errs: wr', 'csum failed', 'lockup detected', 'illing adapter', 'eset failed', 'FAULT state', 'fault_state(', 'diag reset: FAILED'],
-  prefilter: ['nfs: server', 'switching pool to', 'errs: wr', 'csum failed', 'lockup detected', 'illing adapter', 'eset failed', 'FAULT state', 'fault_state(', 'diag reset: FAILED'],
+  keywords: [
+    'nfs: server',
+    'switching pool to',
+    'errs: wr',
+    'csum failed',
+    'lockup detected',
+    'illing adapter',
+    'eset failed',
+    'FAULT state',
+    'fault_state(',
+    'diag reset: FAILED',
+    'resetting fusion adapter',
+  ],
+  prefilter: [
+    'nfs: server',
+    'switching pool to',
+    'errs: wr',
+    'csum failed',
+    'lockup detected',
+    'illing adapter',
+    'eset failed',
+    'FAULT state',
+    'fault_state(',
+    'diag reset: FAILED',
+    'resetting fusion adapter',
+  ],
   match(msg): RuleHit | null {
     if (msg.includes('nfs: server')) {
       const m = NFS.exec(msg.trimEnd());
@@ -892,8 +941,10 @@ const volumeStorage: KernelRule = {
       if (!m) return null;
       const entity = `dm:${m[1]}`;
       const attrs = { pool: m[1], mode: m[2] };
-      if (m[2] === 'write') return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} writable again`, attrs, clears: THIN_REASONS };
-      if (m[2] === 'out-of-data-space') return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} out of data space`, attrs };
+      if (m[2] === 'write')
+        return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} writable again`, attrs, clears: THIN_REASONS };
+      if (m[2] === 'out-of-data-space')
+        return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} out of data space`, attrs };
       return { reason: 'ThinPoolReadOnly', entity, summary: `thin pool ${m[1]} switched to ${m[2]} mode`, attrs };
     }
     if (msg.includes('BTRFS')) {
@@ -904,11 +955,25 @@ const volumeStorage: KernelRule = {
           reason: 'BtrfsError',
           entity: `blockdev:${dev}`,
           summary: `btrfs error counters on ${dev}`,
-          attrs: { device: dev, filesystem: e[1], write: Number(e[3]), read: Number(e[4]), flush: Number(e[5]), corrupt: Number(e[6]), generation: Number(e[7]) },
+          attrs: {
+            device: dev,
+            filesystem: e[1],
+            write: Number(e[3]),
+            read: Number(e[4]),
+            flush: Number(e[5]),
+            corrupt: Number(e[6]),
+            generation: Number(e[7]),
+          },
         };
       }
       const c = BTRFS_CSUM.exec(msg);
-      if (c) return { reason: 'BtrfsError', entity: `blockdev:${c[1]}`, summary: `btrfs checksum failure on ${c[1]}`, attrs: { device: c[1], kind: 'csum' } };
+      if (c)
+        return {
+          reason: 'BtrfsError',
+          entity: `blockdev:${c[1]}`,
+          summary: `btrfs checksum failure on ${c[1]}`,
+          attrs: { device: c[1], kind: 'csum' },
+        };
       return null;
     }
     const failed = CTRL_FAILED.test(msg);
