@@ -22,6 +22,7 @@ import {
   lineKind,
   lineTime,
   parseLine,
+  syslogKernelUptimeMs,
   type LineTime,
   type LogFormat,
   type LogLine,
@@ -86,7 +87,12 @@ export class LogReplay {
     const registry = new Registry();
     this.forced = o.format && o.format !== 'auto' ? o.format : undefined;
     this.tickMs = config.engine.tick;
-    this.classifier = new KernelLogClassifier({ ...kernelLogClassifierOptions(config, rules), source: 'file' });
+    this.classifier = new KernelLogClassifier({
+      ...kernelLogClassifierOptions(config, rules),
+      source: 'file',
+      // Recovery lines ("nfs: server X OK") clear their problems, as in the live agent.
+      onHealthy: (h) => this.sink.healthy(h),
+    });
     this.engine = new Engine({
       bootId: 'replay',
       now: () => this.clock.now,
@@ -168,7 +174,14 @@ export class LogReplay {
       time = undefined;
     }
     this.previous = format;
-    return line ? { line, ...(time ? { time } : {}) } : null;
+    if (!line) return null;
+    // The kernel's own boot time, for the records a boot replays from before it (catalog: Previous boot).
+    if (time?.kind === 'uptime') line.uptimeMs = time.ms;
+    else if (format === 'syslog' && line.ident === 'kernel') {
+      const up = syslogKernelUptimeMs(text);
+      if (up !== undefined) line.uptimeMs = up;
+    }
+    return { line, ...(time ? { time } : {}) };
   }
 
   private count(format: LogFormat): void {

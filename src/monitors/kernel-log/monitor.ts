@@ -64,7 +64,8 @@ export class KernelLogMonitor implements Monitor {
   private lastLossAt = 0;
 
   constructor(private readonly opts: KernelLogMonitorOptions = {}) {
-    this.classifier = new KernelLogClassifier(opts.classifier);
+    // A line that says an entity recovered ("nfs: server X OK") goes to the sink as a healthy signal.
+    this.classifier = new KernelLogClassifier({ ...opts.classifier, onHealthy: (h) => this.out?.healthy(h) });
     this.now = opts.now ?? Date.now;
     this.lastCursor = opts.cursor;
     const seen = new Map<string, NpdCondition>();
