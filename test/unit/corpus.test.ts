@@ -80,6 +80,10 @@ test('the corpus covers every reason family and line format the detection must h
     'AppBlocked',
     'SoftLockup',
     'HardLockup',
+    'RCUStall',
+    'NvidiaGPUNotProbed',
+    'NvidiaGPUUnsupported',
+    'NvidiaGPUResetRequired',
     'KernelBug',
     'none',
   ])

@@ -327,6 +327,10 @@ test('GSP calls failing with NV_ERR_RESET_REQUIRED raise NvidiaGPUResetRequired;
     ),
     ['NvidiaGSPTimeout@'],
   );
+  assert.deepEqual(
+    got('NVRM: nvAssertFailedNoLog: Assertion failed: Back to back GSP RPC timeout detected! GPU marked for reset @ kernel_gsp.c:2387'),
+    ['NvidiaGSPTimeout@'],
+  );
   // A timeout in a call that is no GSP RPC (a cache flush) says nothing about the GSP.
   assert.deepEqual(
     got(
