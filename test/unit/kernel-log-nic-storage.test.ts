@@ -86,6 +86,8 @@ test('NFS, thin pools, btrfs and controllers: reasons and entities', () => {
   // dm-thin set_pool_mode: "%s: switching pool to %s mode".
   assert.deepEqual(one('device-mapper: thin: 253:4: switching pool to read-only mode'), ['ThinPoolReadOnly', 'dm:253:4']);
   assert.deepEqual(one('device-mapper: thin: 253:4: switching pool to fail mode'), ['ThinPoolReadOnly', 'dm:253:4']);
+  // 3.x dm-thin names no pool: DMERR("switching pool to read-only mode").
+  assert.deepEqual(one('device-mapper: thin: switching pool to read-only mode'), ['ThinPoolReadOnly', '']);
   assert.deepEqual(one('device-mapper: thin: 253:4: switching pool to out-of-data-space (queue IO) mode'), [
     'ThinPoolOutOfSpace',
     'dm:253:4',

@@ -876,8 +876,9 @@ function txTimeout(iface: string | undefined, bdf: string | undefined, driver: s
 // the data path and raises nothing.
 const NFS = /\bnfs: server (\S{1,255}) (not responding, (?:still trying|timed out)|OK)$/;
 // "device-mapper: thin: 253:2: switching pool to out-of-data-space (queue IO) mode", "... to read-only
-// mode", "... to fail mode", "... to write mode" (space added back: clears the pool's problems).
-const THIN = /device-mapper: thin: (\d+:\d+): switching pool to (out-of-data-space|read-only|fail|write) /;
+// mode", "... to fail mode", "... to write mode" (space added back: clears the pool's problems). 3.x
+// kernels name no pool ("device-mapper: thin: switching pool to read-only mode"): a problem on no entity.
+const THIN = /device-mapper: thin: (?:(\d+:\d+): )?switching pool to (out-of-data-space|read-only|fail|write) /;
 const THIN_REASONS: readonly ReasonName[] = ['ThinPoolOutOfSpace', 'ThinPoolReadOnly'];
 const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
 // "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" and
@@ -885,10 +886,10 @@ const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
 const BTRFS_ERRS =
   /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
 const BTRFS_CSUM = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): csum failed /;
-// megaraid_sas "FW in FAULT state" and its adapter reset (OCR, "resetting fusion adapter scsi0."); mpt3sas "fault_state(0x5862)!";
-// and the failures: hpsa "controller lockup detected", megaraid_sas "killing adapter" / "Reset failed",
-// mpt3sas "diag reset: FAILED".
-const CTRL_FAILED = /controller lockup detected|[Kk]illing adapter|adapter reset failed|Reset failed, killing|diag reset: FAILED/;
+// megaraid_sas "FW in FAULT state" and its adapter reset (OCR, "resetting fusion adapter scsi0."); mpt3sas
+// "fault_state(0x5862)!"; and the failures: hpsa "Controller lockup detected: 0x0015002f after 30" (and its
+// lower-case follow-ups), megaraid_sas "killing adapter" / "Reset failed", mpt3sas "diag reset: FAILED".
+const CTRL_FAILED = /[Cc]ontroller lockup detected|[Kk]illing adapter|adapter reset failed|Reset failed, killing|diag reset: FAILED/;
 const CTRL_RESET = /FW in FAULT state|fault_state\(0x[0-9a-fA-F]+\)|resetting fusion adapter/;
 const CTRL_PCI = /\b(megaraid_sas|hpsa|mpt3sas|mpt2sas|smartpqi) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): /;
 const CTRL_IOC = /\b(mpt[23]sas_cm\d+): /;
@@ -937,13 +938,12 @@ const volumeStorage: KernelRule = {
     if (msg.includes('switching pool to')) {
       const m = THIN.exec(msg);
       if (!m) return null;
-      const entity = `dm:${m[1]}`;
-      const attrs = { pool: m[1], mode: m[2] };
-      if (m[2] === 'write')
-        return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} writable again`, attrs, clears: THIN_REASONS };
-      if (m[2] === 'out-of-data-space')
-        return { reason: 'ThinPoolOutOfSpace', entity, summary: `thin pool ${m[1]} out of data space`, attrs };
-      return { reason: 'ThinPoolReadOnly', entity, summary: `thin pool ${m[1]} switched to ${m[2]} mode`, attrs };
+      const entity = m[1] ? `dm:${m[1]}` : '';
+      const attrs = { ...(m[1] ? { pool: m[1] } : {}), mode: m[2] };
+      const pool = `thin pool${m[1] ? ` ${m[1]}` : ''}`;
+      if (m[2] === 'write') return { reason: 'ThinPoolOutOfSpace', entity, summary: `${pool} writable again`, attrs, clears: THIN_REASONS };
+      if (m[2] === 'out-of-data-space') return { reason: 'ThinPoolOutOfSpace', entity, summary: `${pool} out of data space`, attrs };
+      return { reason: 'ThinPoolReadOnly', entity, summary: `${pool} switched to ${m[2]} mode`, attrs };
     }
     if (msg.includes('BTRFS')) {
       const e = BTRFS_ERRS.exec(msg);
