@@ -511,7 +511,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "A NIC's firmware stopped answering or reported a fatal syndrome and the driver reset the device (mlx5 \"health compromised - reached miss count\", \"Fatal error N detected\", ENA \"Keep alive watchdog timeout\"). One problem per PCI device (entity pci:BDF).",
+    description: "A NIC's firmware stopped answering or reported a fatal syndrome and the driver reset the device (mlx5 \"health compromised - reached miss count\", \"Fatal error N detected\", a health syndrome of severity ERROR or worse, a firmware command timeout; ENA \"Keep alive watchdog timeout\"). One problem per PCI device (entity pci:BDF).",
   },
   {
     name: "NetworkAdapterFailed",

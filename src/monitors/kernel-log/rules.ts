@@ -799,10 +799,13 @@ const TX_HANG =
   /(\S{1,32}): (?:NETDEV WATCHDOG: (?:CPU: \d+: )?transmit queue (\d+) timed out|Detected (?:Tx|Hardware) Unit Hang|tx_timeout recovery level \d|TX timeout (?:on queue|detected)|The number of lost tx completions is above the threshold)/;
 const BDF = /^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
 // mlx5 health: the poll saw no heartbeat ("device's health compromised - reached miss count") or a fatal
-// sensor ("Fatal error N detected"), or the FW reported a syndrome ("synd 0x8: unrecoverable hardware
-// error"). The health buffer's detail lines (assert_var[N], assert_exit_ptr, ext_synd, fw_ver...) raise
+// sensor ("Fatal error N detected"), the FW reported a syndrome (older "synd 0x8: unrecoverable hardware
+// error", newer "Health issue observed, firmware internal error, severity(3) ERROR:", raised at severity 0-3,
+// EMERG to ERROR), or a command got no answer ("ENABLE_HCA(0x104) timeout. Will cause a leak of a command
+// resource"). The health buffer's detail lines (assert_var[N], assert_exit_ptr, ext_synd, fw_ver...) raise
 // nothing more. ENA: "Keep alive watchdog timeout." (the device stopped its keep-alive; the driver resets).
-const NIC_FW = /health compromised - reached miss count|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: [a-z]|Keep alive watchdog timeout/;
+const NIC_FW =
+  /health compromised - reached miss count|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: [a-z]|Health issue observed, [^,]{1,80}, severity\([0-3]\)|timeout\. Will cause a leak of a command resource|Keep alive watchdog timeout/;
 const NIC_RECOVERY_FAILED = /health recovery flow aborted|health recovery failed/;
 
 const nicFault: KernelRule = {
@@ -820,6 +823,8 @@ const nicFault: KernelRule = {
     'synd 0x',
     'Keep alive watchdog',
     'health recovery',
+    'Health issue observed',
+    'Will cause a leak',
     'probe of ',
   ],
   match(msg) {
