@@ -665,7 +665,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "btrfs counted write, read, flush, corruption or generation errors on a member device (\"bdev X errs - wr N, rd N ...\") or a data checksum failed (\"csum failed\"). Entity blockdev:NAME of the member device, or of the filesystem for checksum failures.",
+    description: "btrfs counted write, read, flush, corruption or generation errors on a member device (\"bdev X errs - wr N, rd N ...\" at error level; the lifetime counters a mount prints at info level raise nothing) or a data checksum failed (\"csum failed\"). Entity blockdev:NAME of the member device, or of the filesystem for checksum failures.",
   },
   {
     name: "StorageControllerReset",

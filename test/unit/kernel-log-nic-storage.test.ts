@@ -97,6 +97,8 @@ test('NFS, thin pools, btrfs and controllers: reasons and entities', () => {
     'blockdev:sdc',
   ]);
   assert.equal(one('BTRFS info (device sdb): scrub: finished on devid 1 with status: 0'), null);
+  // btrfs_dev_stat_print_on_load: the lifetime counters, printed at mount.
+  assert.equal(one('BTRFS info (device sdb): bdev /dev/sdc errs: wr 12, rd 0, flush 1, corrupt 0, gen 0'), null);
   // hpsa "controller lockup detected: 0x%08x after %d", megaraid_sas "Reset failed, killing adapter scsi%d.",
   // mpt3sas "diag reset: FAILED".
   assert.deepEqual(one('hpsa 0000:03:00.0: controller lockup detected: 0x00130000 after 30'), [

@@ -886,10 +886,12 @@ const NFS = /\bnfs: server (\S{1,255}) (not responding, (?:still trying|timed ou
 const THIN = /device-mapper: thin: (?:(\d+:\d+): )?switching pool to (out-of-data-space|read-only|fail|write) /;
 const THIN_REASONS: readonly ReasonName[] = ['ThinPoolOutOfSpace', 'ThinPoolReadOnly'];
 const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
-// "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" and
-// "BTRFS warning (device sda2): csum failed root 257 ino 4115546 off 0 csum 0x... expected csum ...".
+// "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" (a counter just
+// grew) and "BTRFS warning (device sda2): csum failed root 257 ino 4115546 off 0 csum 0x... expected csum ...".
+// The same counters printed at "BTRFS info" level when a filesystem is mounted are history (they are never
+// reset by themselves) and raise nothing.
 const BTRFS_ERRS =
-  /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
+  /BTRFS (?:error|warning) \(device ([^)]{1,64})\): bdev (\S{1,128}) errs: wr (\d+), rd (\d+), flush (\d+), corrupt (\d+), gen (\d+)/;
 const BTRFS_CSUM = /BTRFS (?:error|warning|info) \(device ([^)]{1,64})\): csum failed /;
 // megaraid_sas "FW in FAULT state" and its adapter reset (OCR, "resetting fusion adapter scsi0."); mpt3sas
 // "fault_state(0x5862)!"; and the failures: hpsa "Controller lockup detected: 0x0015002f after 30" (and its
