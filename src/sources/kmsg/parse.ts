@@ -36,6 +36,8 @@ export interface LogLine {
   /** A dmesg line indented under the previous one: the rest of a multi-line record. */
   continuation?: true;
   truncated?: true;
+  /** Ms since boot, set by the replay where the line carries the kernel's own time (not by parseLine). */
+  uptimeMs?: number;
 }
 
 export type LogFormat = 'kmsg' | 'dmesg' | 'syslog' | 'plain';
@@ -138,6 +140,13 @@ const RFC5424 = new RegExp(
 const KMSG_HEAD = /^\d{1,3},\d{1,20},\d{1,20},[^;]{0,64};/;
 // The kernel timestamp syslog daemons leave after "kernel: ".
 const KTIME = /^\[\s*\d+\.\d+\] ?/;
+const KTIME_AFTER_KERNEL = /\bkernel: \[\s*(\d{1,12})\.(\d{1,9})\]/;
+
+/** The kernel's own time (ms since boot) a syslog line keeps after "kernel: " ("kernel: [    0.064265]"). */
+export function syslogKernelUptimeMs(line: string): number | undefined {
+  const m = KTIME_AFTER_KERNEL.exec(line.slice(0, 320));
+  return m ? Number(m[1]) * 1000 + Number(`0.${m[2]}`) * 1000 : undefined;
+}
 
 /** The head of a dmesg or console line: how long it is and what it says. */
 interface Head {
