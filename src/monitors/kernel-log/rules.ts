@@ -745,15 +745,16 @@ const xfs: KernelRule = {
 // XFS_WANT_CORRUPTED_RETURN at line ...'.
 const XFS_ERR =
   /XFS \(([^)]+)\): (?:Metadata corruption detected|Metadata CRC error detected|Corruption detected|Corruption of in-memory data detected|metadata I\/O error|Internal error|log I\/O error)/;
-const XFS_ERR_OLD = /Filesystem "([^"]{1,64})": XFS internal error|(?:^|\s)XFS: Internal error /;
+const XFS_ERR_OLD =
+  /Filesystem "([^"]{1,64})": XFS internal error|(?:^|\s)XFS: Internal error |I\/O error in filesystem \("([^"]{1,64})"\) meta-data/;
 const xfsError: KernelRule = {
   name: 'xfs-error',
   keywords: ['orruption', 'I/O error', 'Internal error', 'CRC error', 'XFS internal error'],
-  prefilter: ['XFS'],
+  prefilter: ['XFS', 'I/O error in filesystem ('],
   match(msg) {
     const m = XFS_ERR.exec(msg) ?? XFS_ERR_OLD.exec(msg);
     if (!m) return null;
-    const dev = m[1];
+    const dev = m[1] ?? m[2];
     if (dev === undefined) return { reason: 'XFSError', entity: '', summary: 'XFS internal error' };
     return { reason: 'XFSError', entity: `blockdev:${dev}`, summary: `XFS error on ${dev}`, attrs: { device: dev } };
   },
