@@ -20,7 +20,6 @@
  * (default coalescing), the projected token, the admission policy, the API server.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -46,24 +45,6 @@ interface ContainerStats {
 }
 interface Summary {
   pods: { podRef: { name: string; namespace: string }; containers?: ContainerStats[] }[];
-}
-
-/** GET from the kubelet's own port on loopback (its serving certificate is self-signed). */
-function kubeletGet(port: number, pathname: string, token: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = https.get(
-      { host: '127.0.0.1', port, path: pathname, headers: { Authorization: `Bearer ${token}` }, rejectUnauthorized: false },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () =>
-          res.statusCode === 200 ? resolve(text) : reject(new Error(`kubelet ${pathname}: HTTP ${res.statusCode}: ${text}`)),
-        );
-      },
-    );
-    req.on('error', reject);
-  });
 }
 
 async function readyPod(core: k8s.CoreV1Api, notUid?: string, timeoutMs = 600_000): Promise<k8s.V1Pod> {
@@ -96,14 +77,7 @@ export async function benchPod(): Promise<Record<string, number>> {
 
     // Idle, as installed.
     const stats = async (): Promise<ContainerStats> => {
-      let body: unknown;
-      try {
-        body = await core.connectGetNodeProxyWithPath({ name: cluster.nodeName, path: 'stats/summary' });
-      } catch {
-        // The API server proxies to no loopback address, and the test node's InternalIP is 127.0.0.1:
-        // ask the kubelet itself, with the admin token (its webhook authn/authz asks the API server).
-        body = await kubeletGet(cluster.kubeletPort, '/stats/summary', cluster.adminToken);
-      }
+      const body: unknown = await core.connectGetNodeProxyWithPath({ name: cluster.nodeName, path: 'stats/summary' });
       const summary = (typeof body === 'string' ? JSON.parse(body) : body) as Summary;
       const c = summary.pods
         .find((p) => p.podRef.namespace === NS && p.podRef.name === podName)

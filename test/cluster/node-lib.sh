@@ -8,7 +8,10 @@
 # shellcheck shell=bash
 
 NODE_NAME="${VIGIL_NODE_NAME:-vigil-node-1}"
-NODE_IP=127.0.0.1
+# The Node's InternalIP: an address on the loopback device (node_up adds it, node_restore_host removes
+# it), so every packet to it stays on this machine, while the API server, which refuses to proxy to
+# 127/8, serves nodes/proxy to it (vigil logs). 198.18.0.0/15 is reserved for test beds (RFC 2544).
+NODE_IP=198.18.0.10
 NODE_LOCK=/run/vigil-node.lock
 NODE_OWNER=/run/vigil-node.owner
 NODE_BRIDGE=vigilbr0
@@ -79,6 +82,7 @@ node_record_host() {
   find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | grep '/kubepods' > "$h/cgroups" || true
   cp /proc/self/mountinfo "$h/mountinfo"
   ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' > "$h/links"
+  ip -o addr show dev lo | awk '{ print $4 }' > "$h/lo-addrs"
   for p in "${NODE_FIXED_PATHS[@]}"; do if [[ -e "$p" || -L "$p" ]]; then echo "$p"; fi; done > "$h/paths"
 }
 
@@ -146,6 +150,9 @@ node_restore_host() {
     while IFS= read -r v; do if [[ -n "$v" ]]; then ip link delete "$v" 2>/dev/null || true; fi; done \
       < <(ip -o link show master "$NODE_BRIDGE" | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }')
     ip link delete "$NODE_BRIDGE" || log "could not delete bridge $NODE_BRIDGE"
+  fi
+  if [[ -f "$h/lo-addrs" ]] && ! grep -qxF "$NODE_IP/32" "$h/lo-addrs"; then
+    ip addr del "$NODE_IP/32" dev lo 2>/dev/null || true
   fi
   node_restore_iptables "$dir"
   while read -r k v; do
@@ -301,7 +308,7 @@ EOF
   cat > "$k/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: $NODE_IP
 port: $port
 readOnlyPort: 0
 healthzPort: 0
@@ -325,9 +332,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
 EOF
-  # --node-ip 127.0.0.1: the kubelet refuses a loopback node IP when it sets the Node's addresses
-  # (logged as "Failed to set some node status fields" on every sync) and then leaves them as they
-  # are, so node_wait_ready publishes them; the API server reaches the kubelet on 127.0.0.1:$port.
+  # The kubelet listens on, and publishes as InternalIP, NODE_IP only (node_up puts it on lo).
   launch "$dir" kubelet "$KUBELET_BIN" --config="$k/config.yaml" --kubeconfig="$k/kubeconfig" \
     --root-dir="$k/root" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 }
@@ -337,7 +342,6 @@ node_api_get() { apiserver_curl "$1" "$2" -f 2>/dev/null; }
 node_wait_ready() {
   local dir="$1" timeout="${VIGIL_NODE_TIMEOUT:-180}" deadline state
   deadline=$(( $(date +%s) + timeout ))
-  local patched=0
   while :; do
     pid_alive "$dir/kubelet.pid" kubelet || { tail_log "$dir/kubelet.log" 40; die "kubelet exited (log: $dir/kubelet.log)"; }
     state="$(node_api_get "$dir" "/api/v1/nodes/$NODE_NAME" | node -e '
@@ -346,16 +350,10 @@ node_wait_ready() {
           const n = JSON.parse(s);
           const ready = (n.status?.conditions ?? []).find((c) => c.type === "Ready")?.status ?? "none";
           const notReadyTaint = (n.spec?.taints ?? []).some((t) => t.key === "node.kubernetes.io/not-ready");
-          const ip = (n.status?.addresses ?? []).some((a) => a.type === "InternalIP");
+          const ip = (n.status?.addresses ?? []).some((a) => a.type === "InternalIP" && a.address === process.argv[1]);
           console.log(`${ready} ${notReadyTaint ? "tainted" : "untainted"} ${ip ? "ip" : "noip"}`);
         } catch { console.log("absent"); }
-      });' 2>/dev/null || echo absent)"
-    if [[ "$state" == *noip* && "$patched" == 0 ]]; then
-      apiserver_curl "$dir" "/api/v1/nodes/$NODE_NAME/status" -f -o /dev/null -X PATCH \
-        -H 'Content-Type: application/strategic-merge-patch+json' \
-        -d "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$NODE_IP\"},{\"type\":\"Hostname\",\"address\":\"$NODE_NAME\"}]}}" \
-        && patched=1
-    fi
+      });' "$NODE_IP" 2>/dev/null || echo absent)"
     [[ "$state" == "True untainted ip" ]] && break
     if (( $(date +%s) >= deadline )); then
       tail_log "$dir/kubelet.log" 40; tail_log "$dir/containerd.log" 20
@@ -389,6 +387,7 @@ node_service_route() {
 # node_up DIR SERVER NODE_TOKEN: everything after the API server is ready.
 node_up() {
   local dir="$1" reg
+  ip addr replace "$NODE_IP/32" dev lo
   node_service_route "$dir"
   node_start_registry "$dir"
   reg="127.0.0.1:$(cat "$dir/registry.port")"
@@ -396,7 +395,7 @@ node_up() {
   node_start_controllers "$dir"
   node_start_kubelet "$dir" "$2" "$3"
   node_wait_ready "$dir"
-  log "node $NODE_NAME Ready (kubelet on 127.0.0.1:$(cat "$dir/kubelet.port"), registry $reg)"
+  log "node $NODE_NAME Ready (kubelet on $NODE_IP:$(cat "$dir/kubelet.port"), registry $reg)"
 }
 
 # --- stop -------------------------------------------------------------------------------------------

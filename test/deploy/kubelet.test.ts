@@ -398,33 +398,26 @@ test(
   },
 );
 
-test(
-  "vigil logs fetches a bundle from the pod through the API server's node proxy to the real Node",
-  { skip, timeout: 5 * 60_000 },
-  (t) => {
-    // The API server proxies to no loopback address ("address not allowed"): the node needs a non-loopback InternalIP.
-    if (/^127\./.test(cluster.nodeIp))
-      return t.skip(`the test node's InternalIP is ${cluster.nodeIp}; the API server refuses to proxy to loopback`);
-    const out = path.join(work, 'bundles');
-    const r = spawnSync(
-      process.execPath,
-      [path.join(ROOT, 'bin/vigil.js'), 'logs', cluster.nodeName, '--kubeconfig', cluster.adminKubeconfig, '--output', out],
-      {
-        cwd: ROOT,
-        encoding: 'utf8',
-        timeout: 240_000,
-      },
-    );
-    assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
-    assert.match(r.stdout, new RegExp(`^${cluster.nodeName}\\s+Succeeded\\s`, 'm'));
-    const files = readdirSync(out);
-    assert.equal(files.length, 1, files.join(', '));
-    const listing = spawnSync('tar', ['-tzf', path.join(out, files[0])], { encoding: 'utf8' });
-    assert.equal(listing.status, 0, listing.stderr);
-    assert.match(listing.stdout, /manifest\.json/);
-    assert.equal(kubectlOk(['get', 'nodediagnostics', '-o', 'name']).trim(), '', 'the NodeDiagnostic is deleted');
-  },
-);
+test("vigil logs fetches a bundle from the pod through the API server's node proxy to the real Node", { skip, timeout: 5 * 60_000 }, () => {
+  const out = path.join(work, 'bundles');
+  const r = spawnSync(
+    process.execPath,
+    [path.join(ROOT, 'bin/vigil.js'), 'logs', cluster.nodeName, '--kubeconfig', cluster.adminKubeconfig, '--output', out],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 240_000,
+    },
+  );
+  assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
+  assert.match(r.stdout, new RegExp(`^${cluster.nodeName}\\s+Succeeded\\s`, 'm'));
+  const files = readdirSync(out);
+  assert.equal(files.length, 1, files.join(', '));
+  const listing = spawnSync('tar', ['-tzf', path.join(out, files[0])], { encoding: 'utf8' });
+  assert.equal(listing.status, 0, listing.stderr);
+  assert.match(listing.stdout, /manifest\.json/);
+  assert.equal(kubectlOk(['get', 'nodediagnostics', '-o', 'name']).trim(), '', 'the NodeDiagnostic is deleted');
+});
 
 const VIGIL_TYPES = ['KernelReady', 'NetworkingReady', 'StorageReady', 'ContainerRuntimeReady', 'AcceleratedHardwareReady'];
 

@@ -48,6 +48,7 @@ interface HostSnapshot {
   cgroups: string[];
   mounts: string[];
   links: string[];
+  addresses: string[];
   paths: Record<string, string>;
 }
 
@@ -92,6 +93,11 @@ function snapshotHost(): HostSnapshot {
     // podman's bridge and its veths ("master podman0") are someone else's.
     .filter((l) => l && !FOREIGN.test(l))
     .map((l) => l.split(': ')[1].replace(/@.*/, ''));
+  // The node's InternalIP lives on lo while the node runs.
+  const addresses = sh('ip', ['-o', 'addr', 'show'])
+    .split('\n')
+    .filter((l) => l && !FOREIGN.test(l))
+    .map((l) => l.split(/\s+/).slice(1, 4).join(' '));
   const paths: Record<string, string> = {};
   for (const p of FIXED_PATHS) paths[p] = existsSync(p) ? (statSync(p).isDirectory() ? 'dir' : 'file') : 'absent';
   return {
@@ -100,6 +106,7 @@ function snapshotHost(): HostSnapshot {
     cgroups: cgroups.filter((c) => !FOREIGN.test(c)).sort(),
     mounts: [...new Set(mounts)].sort(),
     links: links.sort(),
+    addresses: addresses.sort(),
     paths,
   };
 }
@@ -174,8 +181,8 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     const ids = Object.fromEntries((pod.status.containerStatuses ?? []).map((c) => [c.name, c.imageID]));
     assert.match(ids.local, new RegExp(`^${cluster.registry.replace(/\./g, '\\.')}/vigil-test/pulled-pause@sha256:`));
     assert.match(ids.ghcr, /^ghcr\.io\/vigil-test\/ghcr-pause@sha256:/);
-    // The API server reaches the kubelet on the node's published address (127.0.0.1:kubeletPort) for
-    // logs; pause writes none. (nodes/proxy is refused for a loopback address by the API server itself.)
+    // The API server reaches the kubelet on the node's published address (nodeIp:kubeletPort) for
+    // logs; pause writes none.
     const logs = cluster.kubectl(['logs', '-n', 'default', 'deploy/pulled', '-c', 'local']);
     assert.equal(logs.code, 0, logs.err);
   });
@@ -225,6 +232,10 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     };
     assert.equal(node.status.conditions.find((c) => c.type === 'Ready')?.status, 'True');
     assert.deepEqual(node.status.addresses.find((a) => a.type === 'InternalIP')?.address, cluster.nodeIp);
+    // Not loopback (the API server proxies to no 127/8 address), yet delivered on this machine only.
+    assert.doesNotMatch(cluster.nodeIp, /^127\./);
+    assert.match(sh('ip', ['route', 'get', cluster.nodeIp]), new RegExp(`^local ${cluster.nodeIp.replace(/\./g, '\\.')} dev lo `));
+    assert.ok(hostDuring.addresses.includes(`lo inet ${cluster.nodeIp}/32`), hostDuring.addresses.join('\n'));
     // The snapshot sees what the node changed (so the comparison below can fail).
     assert.notDeepEqual(hostDuring.sysctls, hostBefore.sysctls, 'the kubelet changed no sysctl');
     assert.equal(hostDuring.sysctls['vm.overcommit_memory'], '1');
@@ -246,6 +257,7 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     assert.deepEqual(hostAfter.cgroups, hostBefore.cgroups);
     assert.deepEqual(hostAfter.mounts, hostBefore.mounts);
     assert.deepEqual(hostAfter.links, hostBefore.links);
+    assert.deepEqual(hostAfter.addresses, hostBefore.addresses);
     assert.deepEqual(hostAfter.paths, hostBefore.paths);
     assert.equal(existsSync(cluster.dir), false, 'down.sh --purge removed the state dir');
   });
