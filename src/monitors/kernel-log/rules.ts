@@ -917,19 +917,6 @@ const volumeStorage: KernelRule = {
     'diag reset: FAILED',
     'resetting fusion adapter',
   ],
-  prefilter: [
-    'nfs: server',
-    'switching pool to',
-    'errs: wr',
-    'csum failed',
-    'lockup detected',
-    'illing adapter',
-    'eset failed',
-    'FAULT state',
-    'fault_state(',
-    'diag reset: FAILED',
-    'resetting fusion adapter',
-  ],
   match(msg): RuleHit | null {
     if (msg.includes('nfs: server')) {
       const m = NFS.exec(msg.trimEnd());
