@@ -7,7 +7,8 @@
  * Real classifier, engine and EventRecorder with an injected clock and a recording stand-in for the
  * API clients (the real API server: test/integration/kubernetes-app-crash-fold.test.ts).
  */
-import { afterEach, beforeEach, mock, test } from 'node:test';
+import { test } from 'node:test';
+import { useMockClock } from '../helpers/mock-clock.ts';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Registry } from 'prom-client';
@@ -32,26 +33,13 @@ interface Call {
   body: { reason?: string; note?: string; series?: { count: number; lastObservedTime: string } };
 }
 
-let t = 0;
-const clock = () => t;
-/** Advances the injected clock and the mocked timers together, letting writes settle. */
-async function advance(ms: number): Promise<void> {
-  t += ms;
-  mock.timers.tick(ms);
-  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
-}
+const { now: clock, advance, jump } = useMockClock();
 const settle = () => advance(0);
-
-beforeEach(() => {
-  t = Date.parse('2026-12-01T00:00:00Z');
-  mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
-});
-afterEach(() => mock.timers.reset());
 
 function setup(engineOver: Partial<EngineOptions> = {}) {
   const calls: Call[] = [];
   const record = (op: Call['op']) => (req: { name?: string; body: Call['body'] & { metadata?: { name?: string } } }) => {
-    calls.push({ op, at: t, name: req.name ?? req.body.metadata?.name ?? '', body: req.body });
+    calls.push({ op, at: clock(), name: req.name ?? req.body.metadata?.name ?? '', body: req.body });
     return Promise.resolve({});
   };
   const clients = {
@@ -74,7 +62,7 @@ function setup(engineOver: Partial<EngineOptions> = {}) {
   engine.on((e) => rec.handle(e));
   const classifier = new KernelLogClassifier();
   const crash = (message: string) => {
-    const found = classifier.classify({ message }, t);
+    const found = classifier.classify({ message }, clock());
     assert.equal(found.length, 1, message);
     engine.finding(found[0]);
   };
@@ -87,7 +75,7 @@ function setup(engineOver: Partial<EngineOptions> = {}) {
 
 test('AppCrash names the program, never the pid: one entity per program, spaces in the name kept, a log prefix left out', () => {
   const c = new KernelLogClassifier();
-  const entity = (message: string) => c.classify({ message }, t).map((f) => [f.reason, f.entity]);
+  const entity = (message: string) => c.classify({ message }, clock()).map((f) => [f.reason, f.entity]);
   assert.deepEqual(entity(chrome(1356759)), [['AppCrash', 'program:chrome']]);
   assert.deepEqual(entity(chrome(1361870)), [['AppCrash', 'program:chrome']], 'another pid, the same program');
   assert.deepEqual(entity(python(12345)), [['AppCrash', 'program:python3']]);
@@ -101,18 +89,18 @@ test('AppCrash names the program, never the pid: one entity per program, spaces 
   // A syslog ident or a dmesg timestamp the parser did not take off is not part of the name.
   assert.deepEqual(entity(`kernel: ${python(7)}`), [['AppCrash', 'program:python3']]);
   assert.deepEqual(entity(`[ 2424451.422379] ${python(7)}`), [['AppCrash', 'program:python3']]);
-  const [f] = c.classify({ message: chrome(640020) }, t);
+  const [f] = c.classify({ message: chrome(640020) }, clock());
   assert.deepEqual(f.attrs, { process: 'chrome', pid: 640020 });
 });
 
 test('100 crashes of one program within 5 minutes: one Event, its series patched to count 100; another program gets its own Event', async () => {
   const { rec, crash, creates, patches, dropped } = setup();
-  const start = t;
+  const start = clock();
   for (let i = 0; i < 100; i++) {
     if (i > 0) await advance(3_000); // one every 3 s: 297 s in all
     crash(chrome(1_356_759 + i * 17));
   }
-  assert.ok(t - start < 5 * 60_000);
+  assert.ok(clock() - start < 5 * 60_000);
   crash(python(4242));
   await advance(30_000);
   // While the storm goes on the API server shows the count of the first update (30 s after the
@@ -199,7 +187,7 @@ test('a finished series the flush timer has not reached yet gets its final count
   crash(chrome(1));
   await settle();
   for (let i = 0; i < 4; i++) crash(chrome(2 + i)); // count 5, not yet written
-  t += 7 * 60_000; // the clock moves on; no timer has run
+  jump(7 * 60_000); // the clock moves on; no timer has run
   crash(chrome(9));
   await settle();
   assert.equal(creates().length, 2);

@@ -5,7 +5,8 @@
  * bounded messages that name every new failing entity, and Event series that cost about one
  * write an hour when a Warning persists.
  */
-import { afterEach, beforeEach, mock, test } from 'node:test';
+import { test } from 'node:test';
+import { useMockClock } from '../helpers/mock-clock.ts';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Registry } from 'prom-client';
@@ -34,25 +35,22 @@ function fakeClients(calls: Call[], clock: () => number): KubeClients {
   } as unknown as KubeClients;
 }
 
-let t = 0;
-const clock = () => t;
-/** Advances the injected clock and the mocked timers together, letting writes settle. */
-async function advance(ms: number): Promise<void> {
-  t += ms;
-  mock.timers.tick(ms);
-  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
-}
-
-beforeEach(() => {
-  t = Date.parse('2026-12-01T00:00:00Z');
-  mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
-});
-afterEach(() => mock.timers.reset());
+const { now: clock, advance } = useMockClock();
 
 const log = pino({ level: 'silent' });
 
 function problem(reason: string, entity: string, message = 'GPU has fallen off the bus'): ActiveProblem {
-  return { key: `C|${reason}|${entity}`, reason, severity: 'Fatal', condition: 'C', entity, message, firstSeen: t, lastSeen: t, count: 1 };
+  return {
+    key: `C|${reason}|${entity}`,
+    reason,
+    severity: 'Fatal',
+    condition: 'C',
+    entity,
+    message,
+    firstSeen: clock(),
+    lastSeen: clock(),
+    count: 1,
+  };
 }
 
 function health(status: 'True' | 'False', message: string, active: ActiveProblem[] = []): NodeHealth {
@@ -92,7 +90,7 @@ test('the first change after a quiet window is written at once, without waiting 
   assert.equal(patches(calls).length, 1, 'initial state written');
   await advance(5000);
 
-  const t0 = t;
+  const t0 = clock();
   w.update(health('False', 'NvidiaXID79Error on gpu:1: GPU has fallen off the bus'));
   await advance(0);
   assert.equal(patches(calls).length, 2, 'the change went out with no delay');
@@ -169,7 +167,7 @@ test('a Fatal finding is posted as an Event at once, before any timer runs', asy
       message: 'GPU has fallen off the bus',
       source: 'kmsg',
       entity: 'gpu:0000:3b:00.0',
-      at: t,
+      at: clock(),
       severity: 'Fatal',
       condition: 'AcceleratedHardwareReady',
       action: 'reboot',
@@ -206,7 +204,7 @@ test('a Warning that persists for hours costs about one Event write an hour, not
       message: 'replay counter rose',
       source: 'nvml',
       entity: 'gpu:0',
-      at: t,
+      at: clock(),
       severity: 'Warning',
       condition: 'AcceleratedHardwareReady',
       action: 'none',
@@ -268,7 +266,7 @@ test('every new failing entity changes the condition written, even once the engi
     active.push(problem('NvidiaXID79Error', `gpu:0000:${(i + 1).toString(16).padStart(2, '0')}:00.0`));
     // The engine's message stays the same once cut; the sink is told the problems changed.
     w.update(health('False', cut, [...active]), 'C');
-    const at = t;
+    const at = clock();
     await advance(0);
     const last = patches(calls).at(-1)!;
     assert.equal(last.at, at, `entity ${i + 1} written at once`);
@@ -317,7 +315,7 @@ test('a new failing entity on a condition already False: its Event goes first, t
       message: 'off the bus',
       source: 'kmsg',
       entity,
-      at: t,
+      at: clock(),
       severity: 'Fatal',
       condition: 'C',
       action: 'reboot',
