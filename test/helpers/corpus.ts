@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { parseConfig } from '../../src/config/load.ts';
 import { LogReplay } from '../../src/pipeline/index.ts';
 import type { LineKind } from '../../src/sources/kmsg/parse.ts';
+import type { Finding } from '../../src/api/types.ts';
 
 export const CORPUS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'corpus');
 
@@ -85,24 +86,26 @@ export interface Judged {
 
 const config = parseConfig('{}');
 
-/** Replays one entry through a fresh LogReplay and compares what it raised with its label. */
-export function judge(e: CorpusEntry): Judged {
-  const reasons: string[] = [];
-  const entities: string[] = [];
+/** Replays text through a fresh LogReplay (the `vigil scan` pipeline, default configuration); what it raised, in order. */
+export function replayText(text: string): Finding[] {
+  const found: Finding[] = [];
   const r = new LogReplay({
     config,
     rules: { userRules: [], npd: [] },
     format: 'auto',
     onFinding: () => {},
-    onClassified: (fs) => {
-      for (const f of fs) {
-        reasons.push(f.reason);
-        entities.push(f.entity);
-      }
-    },
+    onClassified: (fs) => found.push(...fs),
   });
-  r.push(entryLines(e).join('\n') + '\n');
+  r.push(text + '\n');
   r.end();
+  return found;
+}
+
+/** Replays one entry and compares what it raised with its label. */
+export function judge(e: CorpusEntry): Judged {
+  const found = replayText(entryLines(e).join('\n'));
+  const reasons = found.map((f) => f.reason);
+  const entities = found.map((f) => f.entity);
   const want = e.label === 'none' ? [] : [e.label];
   const exact =
     reasons.length === want.length && reasons.every((x, i) => x === want[i]) && (e.entity === undefined || entities[0] === e.entity);

@@ -8,31 +8,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { parseConfig } from '../../src/config/load.ts';
 import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
 import { PREVIOUS_BOOT_WINDOW_MS } from '../../src/monitors/kernel-log/rules.ts';
-import { LogReplay } from '../../src/pipeline/index.ts';
 import { paths } from '../../scripts/gen-catalog.ts';
+import { replayText } from '../helpers/corpus.ts';
 
 /** Replays text through the scan pipeline; the reasons (and messages) it raised, in order. */
 function replay(text: string): { reasons: string[]; messages: string[] } {
-  const reasons: string[] = [];
-  const messages: string[] = [];
-  const r = new LogReplay({
-    config: parseConfig('{}'),
-    rules: { userRules: [], npd: [] },
-    format: 'auto',
-    onFinding: () => {},
-    onClassified: (fs) => {
-      for (const f of fs) {
-        reasons.push(f.reason);
-        messages.push(f.message);
-      }
-    },
-  });
-  r.push(text + '\n');
-  r.end();
-  return { reasons, messages };
+  const found = replayText(text);
+  return { reasons: found.map((f) => f.reason), messages: found.map((f) => f.message) };
 }
 
 // Sources: andikleen/mcelog#70 (an Intel J5005 logging a bank record 0.064 s into every boot),
