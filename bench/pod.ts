@@ -19,7 +19,7 @@
  * before the next fault. The path: the pod's kernel-log reader, classifier, engine, Kubernetes sink
  * (default coalescing), the projected token, the admission policy, the API server.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -27,6 +27,7 @@ import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import { uniquePci, writeKmsg } from '../test/helpers/agent-process.ts';
 import { startNodeCluster } from '../test/helpers/node-cluster.ts';
+import { LATEST_PATH, mergeLatest, newRun } from './latest.ts';
 import { claimStateDir, helmOk, installArgs, publish, releaseStateDir } from '../test/deploy/pod-install.ts';
 
 const FAULTS = Number(process.env.BENCH_POD_FAULTS ?? 150);
@@ -192,22 +193,11 @@ export async function benchPod(): Promise<Record<string, number>> {
   }
 }
 
-// Run directly: merge the figures into bench/results/latest.json as bench/run.ts does.
+// Run directly: merge the figures into bench/results/latest.json through bench/latest.ts, as bench/run.ts does.
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
+  const run = newRun(['pod']);
   process.stderr.write('bench pod...\n');
-  const figures = await benchPod();
-  let results: Record<string, number | string> = {};
-  try {
-    results = JSON.parse(readFileSync(out, 'utf8')) as Record<string, number | string>;
-  } catch {
-    /* first run */
-  }
-  for (const [k, v] of Object.entries(figures)) {
-    results[k] = Math.round(v * 1000) / 1000;
-    process.stderr.write(`  ${k} = ${results[k]}\n`);
-  }
-  results.pod_measured_at = new Date().toISOString();
-  writeFileSync(out, JSON.stringify(results, null, 2) + '\n');
-  process.stderr.write(`wrote ${out}\n`);
+  const written = mergeLatest(await benchPod(), run);
+  for (const [k, v] of Object.entries(written)) process.stderr.write(`  ${k} = ${v}\n`);
+  process.stderr.write(`wrote ${LATEST_PATH} (run ${run.id})\n`);
 }

@@ -1,11 +1,11 @@
 /**
  * `npm run bench`: runs every benchmark and merges its figures into bench/results/latest.json, one
  * flat object of named figures with the unit in each name. `npm run bench -- kmsg gpu` runs some.
+ * The merge goes through bench/latest.ts: every key this invocation writes is stamped with its time
+ * and this run's id (`measured`), written after each bench so a later failure keeps what was done.
  */
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { buildDist } from './dist.ts';
+import { LATEST_PATH, mergeLatest, newRun } from './latest.ts';
 
 type Bench = () => Promise<Record<string, number>> | Record<string, number>;
 
@@ -28,19 +28,13 @@ const benches: Record<string, () => Promise<Bench>> = {
 /** Benches that time code in this process, not the agent: they need no dist/ build. */
 const IN_PROCESS = new Set(['kmsg', 'userrules']);
 
-const out = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', 'latest.json');
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 const names = wanted.length ? wanted : Object.keys(benches);
-
-let results: Record<string, number | string> = {};
-try {
-  results = JSON.parse(readFileSync(out, 'utf8')) as Record<string, number | string>;
-} catch {
-  /* first run */
-}
+const run = newRun(names);
 
 // The benches that start the agent time the bundle a node runs (dist/), built now.
 const fromDist = names.every((n) => IN_PROCESS.has(n)) ? undefined : buildDist((msg) => process.stderr.write(msg + '\n'));
+if (fromDist !== undefined) mergeLatest({ vigil_from_dist: fromDist ? 1 : 0 }, run);
 
 let failed = 0;
 for (const name of names) {
@@ -52,18 +46,12 @@ for (const name of names) {
   process.stderr.write(`bench ${name}...\n`);
   try {
     const figures = await (await load())();
-    for (const [k, v] of Object.entries(figures)) {
-      results[k] = Number.isFinite(v) ? Math.round(v * 1000) / 1000 : v;
-      process.stderr.write(`  ${k} = ${results[k]}\n`);
-    }
+    const written = mergeLatest(figures, run);
+    for (const [k, v] of Object.entries(written)) process.stderr.write(`  ${k} = ${v}\n`);
   } catch (err) {
     failed++;
     process.stderr.write(`  failed: ${err instanceof Error ? err.stack : String(err)}\n`);
   }
 }
-results.measured_at = new Date().toISOString();
-if (fromDist !== undefined) results.vigil_from_dist = fromDist ? 1 : 0;
-mkdirSync(path.dirname(out), { recursive: true });
-writeFileSync(out, JSON.stringify(results, null, 2) + '\n');
-process.stderr.write(`wrote ${out}\n`);
+process.stderr.write(`wrote ${LATEST_PATH} (run ${run.id})\n`);
 process.exitCode = failed ? 1 : 0;
