@@ -8,6 +8,13 @@
  * reason and entity, e.g. AppCrash per program). A series is created once, then only its
  * series.count and lastObservedTime are patched; it lasts while repeats come less than
  * seriesFinishMs (6 min) apart, and the next occurrence after that starts a new Event.
+ *
+ * A Fatal finding is a newly failing part and is never dropped for the budget: one its reason's
+ * bucket refuses joins a summary Event of that reason ("on 3 more entities: a, b, c"), one Event
+ * for all that arrive while it waits to be sent, as many entities as fit in a note. Summary
+ * Events have a bucket of their own (the same size): when it is spent too, the entities wait for
+ * its next token and go out together then. So every distinct failing entity is named in an Event,
+ * and at 1,000 of them the API server gets the budget's Events plus one per ~50 entities.
  */
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
@@ -51,6 +58,8 @@ export interface EventRecorderOptions {
 
 interface Series {
   key: string;
+  /** Named in a summary Event, not an Event of its own: its repeats are counted, never written. */
+  summarized?: boolean;
   name: string;
   /** Occurrences seen. */
   count: number;
@@ -66,14 +75,34 @@ interface Series {
 }
 
 type Op =
-  | { kind: 'create'; series: Series; reason: string; note: string; type: 'Warning' | 'Normal'; at: number }
+  | { kind: 'create'; series: Series; reason: string; note: string; type: 'Warning' | 'Normal'; at: number; summary?: Summary }
   | { kind: 'series'; series: Series };
+
+/** A summary Event of Fatal findings over their reason's budget; open (takes more) until first sent. */
+interface Summary {
+  entities: string[];
+  message: string;
+  cap: number;
+}
+
+/** What a Fatal finding's create needs when its bucket is spent: it joins a summary instead. */
+interface Overflow {
+  entity: string;
+  message: string;
+}
+
+/** Longest Event note (the API server allows 1 KiB). */
+const MAX_NOTE = 1024;
 
 export const REPORTING_CONTROLLER = 'vigil.dev/node-health-agent';
 
 export class EventRecorder {
   private readonly series = new Map<string, Series>();
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  /** Per reason: the summary Event queued and not yet sent, which takes further entities. */
+  private readonly openSummaries = new Map<string, Op & { kind: 'create' }>();
+  /** Per reason: entities over both budgets, waiting for the summary bucket's next token. */
+  private readonly waiting = new Map<string, { entities: string[]; message: string; cap: number; timer?: NodeJS.Timeout }>();
   private readonly queue: Op[] = [];
   private running = false;
   private current: Promise<void> | undefined;
@@ -87,7 +116,7 @@ export class EventRecorder {
   private readonly flushMs: number;
   private readonly refreshMs: number;
   private readonly timeoutMs: number;
-  private readonly m: { sent: Counter<'op' | 'result'>; dropped: Counter<'why'> };
+  private readonly m: { sent: Counter<'op' | 'result'>; dropped: Counter<'why'>; summarized: Counter };
 
   constructor(private readonly o: EventRecorderOptions) {
     this.now = o.now ?? Date.now;
@@ -109,6 +138,11 @@ export class EventRecorder {
         labelNames: ['why'],
         registers: [o.registry],
       }),
+      summarized: new Counter({
+        name: 'vigil_k8s_event_entities_summarized_total',
+        help: "Fatal findings over their reason's Event budget, named in a summary Event with others instead of one of their own.",
+        registers: [o.registry],
+      }),
     };
     // At 0 from the start: a dashboard then shows "none dropped", not "no data".
     for (const why of ['rate_limited', 'queue_full', 'rejected']) this.m.dropped.inc({ why }, 0);
@@ -121,7 +155,7 @@ export class EventRecorder {
     // A Fatal finding is told at once too: its condition may already be False for another entity.
     if (event.kind === 'finding' && event.finding.severity !== 'Info') {
       const f = event.finding;
-      const bucket = f.severity === 'Fatal' ? { key: `fatal|${f.reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30 } : undefined;
+      const bucket = f.severity === 'Fatal' ? this.fatalBucket(f.reason, f.entity, f.message) : undefined;
       this.observe(`${f.reason}|${f.entity}`, f.reason, `${f.entity ? `${f.entity}: ` : ''}${f.message}`, 'Warning', f.at, bucket);
     } else if (event.kind === 'repeat' && event.problem.severity !== 'Info') {
       // The engine does not re-emit repeats inside its window (engine.repeatWindow); they still
@@ -131,7 +165,7 @@ export class EventRecorder {
       // create was refused is retried by the engine's next finding only, as before.
       const p = event.problem;
       if (this.series.get(`${p.reason}|${p.entity}`)?.failed) return;
-      const bucket = p.severity === 'Fatal' ? { key: `fatal|${p.reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30 } : undefined;
+      const bucket = p.severity === 'Fatal' ? this.fatalBucket(p.reason, p.entity, p.message) : undefined;
       this.observe(`${p.reason}|${p.entity}`, p.reason, `${p.entity ? `${p.entity}: ` : ''}${p.message}`, 'Warning', p.lastSeen, bucket);
     } else if (event.kind === 'condition') {
       const c = event.condition;
@@ -156,13 +190,17 @@ export class EventRecorder {
     this.observe(`${reason}|record|${at}|${this.seq}`, reason, note, type, at);
   }
 
+  private fatalBucket(reason: string, entity: string, message: string): { key: string; perMinute: number; overflow: Overflow } {
+    return { key: `fatal|${reason}`, perMinute: this.o.fatalPerReasonPerMinute ?? 30, overflow: { entity: entity || 'node', message } };
+  }
+
   private observe(
     key: string,
     reason: string,
     note: string,
     type: 'Warning' | 'Normal',
     at: number,
-    bucket = { key: reason, perMinute: this.o.perReasonPerMinute },
+    bucket: { key: string; perMinute: number; overflow?: Overflow } = { key: reason, perMinute: this.o.perReasonPerMinute },
   ): void {
     const existing = this.series.get(key);
     if (existing && !existing.failed && at - existing.lastObserved < this.finishMs) {
@@ -172,14 +210,35 @@ export class EventRecorder {
     }
     // A finished series the flush timer has not reached yet gets its final count before the next
     // series of the same key takes its place.
-    if (existing && !existing.failed && existing.count > existing.written) this.enqueue({ kind: 'series', series: existing });
+    if (existing && !existing.failed && !existing.summarized && existing.count > existing.written)
+      this.enqueue({ kind: 'series', series: existing });
     if (!this.take(bucket.key, bucket.perMinute, at)) {
+      if (bucket.overflow) {
+        // Its repeats fold into a series of its own that is counted, never written.
+        this.series.set(key, { ...this.newSeries(key, at), name: '', summarized: true });
+        this.m.summarized.inc();
+        this.overflow(reason, bucket.perMinute, bucket.overflow);
+        return;
+      }
       this.m.dropped.inc({ why: 'rate_limited' });
       return;
     }
+    const s = this.newSeries(key, at);
+    this.series.set(key, s);
+    this.enqueue({
+      kind: 'create',
+      series: s,
+      reason,
+      note: note.length > MAX_NOTE ? `${note.slice(0, MAX_NOTE - 3)}...` : note,
+      type,
+      at,
+    });
+  }
+
+  private newSeries(key: string, at: number): Series {
     // client-go's naming: <node>.<hex nanoseconds>; the sequence keeps names unique within a millisecond.
     const name = `${this.o.nodeName}.${(BigInt(at) * 1_000_000n + BigInt(this.seq++ % 1_000_000)).toString(16)}`;
-    const s: Series = {
+    return {
       key,
       name,
       count: 1,
@@ -190,8 +249,62 @@ export class EventRecorder {
       created: false,
       failed: false,
     };
-    this.series.set(key, s);
-    this.enqueue({ kind: 'create', series: s, reason, note: note.length > 1024 ? `${note.slice(0, 1021)}...` : note, type, at });
+  }
+
+  /**
+   * A Fatal finding its reason's bucket refused: named in the reason's open summary Event if one
+   * is queued and has room, else in a new one (from the summary bucket), else it waits for that
+   * bucket's next token with the others that come meanwhile.
+   */
+  private overflow(reason: string, cap: number, o: Overflow): void {
+    const open = this.openSummaries.get(reason);
+    if (open?.summary && summaryNote(reason, { ...open.summary, entities: [...open.summary.entities, o.entity] }).length <= MAX_NOTE) {
+      open.summary.entities.push(o.entity);
+      open.note = summaryNote(reason, open.summary);
+      return;
+    }
+    let w = this.waiting.get(reason);
+    if (!w) this.waiting.set(reason, (w = { entities: [], message: o.message, cap }));
+    w.entities.push(o.entity);
+    if (!w.timer) this.releaseWaiting(reason);
+  }
+
+  /** Turns waiting entities into summary Events while the summary bucket has tokens; else waits for the next. */
+  private releaseWaiting(reason: string): void {
+    const w = this.waiting.get(reason);
+    if (!w || this.stopped) return;
+    w.timer = undefined;
+    while (w.entities.length) {
+      const key = `fatal-summary|${reason}`;
+      if (!this.take(key, w.cap, this.now())) {
+        const tokens = this.buckets.get(key)?.tokens ?? 0;
+        w.timer = setTimeout(() => this.releaseWaiting(reason), Math.max(1, ((1 - tokens) / w.cap) * 60_000));
+        w.timer.unref();
+        return;
+      }
+      const summary: Summary = { entities: [], message: w.message, cap: w.cap };
+      // As many as fit in one note (at least one); the rest take the next summary.
+      while (
+        w.entities.length &&
+        (summary.entities.length === 0 ||
+          summaryNote(reason, { ...summary, entities: [...summary.entities, w.entities[0]] }).length <= MAX_NOTE)
+      )
+        summary.entities.push(w.entities.shift()!);
+      const at = this.now();
+      const op: Op & { kind: 'create' } = {
+        kind: 'create',
+        series: { ...this.newSeries(`${reason}|summary|${at}`, at), summarized: true },
+        reason,
+        note: summaryNote(reason, summary),
+        type: 'Warning',
+        at,
+        summary,
+      };
+      // Open before it is queued: an idle queue sends it (and so closes it) at once.
+      this.openSummaries.set(reason, op);
+      if (!this.enqueue(op)) this.openSummaries.delete(reason);
+    }
+    this.waiting.delete(reason);
   }
 
   /** Token bucket: `cap` creations a minute, with that as the burst. */
@@ -217,7 +330,7 @@ export class EventRecorder {
       const due = final || quiet || now - s.writtenAt >= s.gapMs;
       if (s.created && !s.failed && s.count > s.written && due) this.enqueue({ kind: 'series', series: s });
       // A finished series gets its final count written first (above), then is forgotten.
-      if (quiet && (s.failed || (s.created && s.count === s.written))) this.series.delete(key);
+      if (quiet && (s.failed || s.summarized || (s.created && s.count === s.written))) this.series.delete(key);
     }
   }
 
@@ -226,15 +339,16 @@ export class EventRecorder {
     this.flushSeries(true);
   }
 
-  private enqueue(op: Op): void {
-    if (op.kind === 'series' && this.queue.some((q) => q.kind === 'series' && q.series === op.series)) return;
+  private enqueue(op: Op): boolean {
+    if (op.kind === 'series' && this.queue.some((q) => q.kind === 'series' && q.series === op.series)) return false;
     if (this.queue.length >= (this.o.maxQueue ?? 1000)) {
       this.m.dropped.inc({ why: 'queue_full' });
       if (op.kind === 'create') op.series.failed = true;
-      return;
+      return false;
     }
     this.queue.push(op);
     void this.drain();
+    return true;
   }
 
   /** Nothing queued or being sent. */
@@ -252,6 +366,8 @@ export class EventRecorder {
     this.running = true;
     while (this.queue.length && !this.stopped) {
       const op = this.queue[0];
+      // A summary is closed once sent: a retried create must carry what the first attempt did.
+      if (op.kind === 'create' && op.summary && this.openSummaries.get(op.reason) === op) this.openSummaries.delete(op.reason);
       try {
         const sent = this.send(op);
         this.current = sent.then(
@@ -345,6 +461,7 @@ export class EventRecorder {
    */
   async stop(finalWriteMs = 0): Promise<void> {
     clearInterval(this.flushTimer);
+    for (const w of this.waiting.values()) clearTimeout(w.timer);
     if (finalWriteMs > 0 && !this.stopped) {
       this.flushSeries(true);
       const deadline = Date.now() + finalWriteMs;
@@ -352,6 +469,17 @@ export class EventRecorder {
     }
     this.stopped = true;
   }
+}
+
+/**
+ * "GPU has fallen off the bus on 3 more entities (over NvidiaXID79Error's Event budget of 30 a
+ * minute): gpu:a, gpu:b, gpu:c".
+ */
+function summaryNote(reason: string, s: Summary): string {
+  const message = s.message.length > 200 ? `${s.message.slice(0, 197)}...` : s.message;
+  const n = s.entities.length;
+  const note = `${message} on ${n} more ${n === 1 ? 'entity' : 'entities'} (over ${reason}'s Event budget of ${s.cap} a minute): ${s.entities.join(', ')}`;
+  return note.length > MAX_NOTE && n === 1 ? `${note.slice(0, MAX_NOTE - 3)}...` : note;
 }
 
 /** MicroTime as Kubernetes writes it: RFC 3339 with six fractional digits. */
