@@ -841,7 +841,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "The GPU System Processor missed an RPC or heartbeat deadline.",
+    description: "The GPU System Processor missed an RPC or heartbeat deadline - the driver's GSP timeout banners, rpcRecvPoll timeouts, heartbeat checks, or NV_ERR_TIMEOUT (0x65) returned from a GSP RPC.",
   },
   {
     name: "NvidiaNCCLError",

@@ -338,4 +338,24 @@ test('GSP calls failing with NV_ERR_RESET_REQUIRED raise NvidiaGPUResetRequired;
     ),
     [],
   );
+  // An internal control (sent to the GSP through the GPU's internal handles) timing out is a GSP timeout.
+  assert.deepEqual(
+    got(
+      'NVRM: nvCheckOkFailedNoLog: Check failed: Call timed out [NV_ERR_TIMEOUT] (0x00000065) returned from pRmApi->Control(pRmApi, pGpu->hInternalClient, pGpu->hInternalSubdevice, NV2080_CTRL_CMD_INTERNAL_LOG_OOB_XID, &params, sizeof(params)) @ gpu.c:6468',
+    ),
+    ['NvidiaGSPTimeout@'],
+  );
+  // The status alone: a control forwarded to the GSP failing with 0x65 is a timeout, with another code it is not.
+  assert.deepEqual(
+    got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x65'),
+    ['NvidiaGSPTimeout@'],
+  );
+  assert.deepEqual(got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x56'), []);
+  assert.deepEqual(got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x651'), []);
+  // The driver's note once RPC timeouts pass its reset threshold: one problem for the node, the GPU in attrs.
+  const rate = one('NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:0a:00 (printing 1 of every 30).  The GPU likely needs to be reset.');
+  assert.deepEqual(
+    rate.map((f) => [f.reason, f.entity, f.attrs?.pci]),
+    [['NvidiaGSPTimeout', '', '0000:0a:00']],
+  );
 });

@@ -149,9 +149,16 @@ const GSP_GPU = /NVRM: GPU(\d+) /;
 // R550+ also asserts "Back to back GSP RPC timeout detected! GPU marked for reset" (its Xid 154 says the reset).
 // An assertion or check that a call timed out ("Call timed out [NV_ERR_TIMEOUT] (0x00000065) returned from
 // <call> @ <file>") is a GSP timeout when the call it names is a GSP RPC or GSP wait (rpc..., ...Rpc..., kgsp...,
-// ..._GSP); other NV_ERR_TIMEOUTs (a memory scrub, a cache flush) say nothing about the GSP and raise nothing.
+// ..._GSP) or a control sent to the physical RM through the GPU's internal handles ("pRmApi->Control(pRmApi,
+// pGpu->hInternalClient, pGpu->hInternalSubdevice, NV2080_CTRL_CMD_INTERNAL_...)": on a GSP GPU that is an RPC);
+// other NV_ERR_TIMEOUTs (a memory scrub, a cache flush, a display channel) say nothing about the GSP and raise
+// nothing. The same timeout as a bare status: an RM control forwarded to the GSP failing with 0x65
+// ("NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x65"; other codes raise nothing), and the
+// driver's note once RPC timeouts pass its reset threshold ("Rate limiting GSP RPC error prints for GPU at
+// PCI:... The GPU likely needs to be reset."): a timeout too; the Xid 119/154 beside it carries the Fatal.
 const GSP_TIMEOUT =
-  /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout|Back to back GSP RPC timeout|\[NV_ERR_TIMEOUT\][^@]{0,40}returned from [^@]{0,200}?(?:[Rr]pc|[Gg]sp|GSP)/;
+  /_kgspLogRpcTimeout|_kgspLogXid119|_kgspIsHeartbeatTimedOut|[Hh]eartbeat timed out|Timeout waiting for RPC from GSP|rpcRecvPoll timedout|Back to back GSP RPC timeout|Rate limiting GSP RPC error prints|NVRM_RPC: \w{1,96} failed with error 0x65\b|\[NV_ERR_TIMEOUT\][^@]{0,40}returned from [^@]{0,200}?(?:[Rr]pc|[Gg]sp|GSP|hInternal)/;
+const GSP_RATE_PCI = new RegExp(`GSP RPC error prints for GPU at (${PCI})`);
 const gspTimeout: KernelRule = {
   name: 'nvidia-gsp-timeout',
   keywords: [
@@ -160,18 +167,23 @@ const gspTimeout: KernelRule = {
     'Timeout waiting for RPC from GSP',
     'pcRecvPoll timedout',
     'GSP RPC timeout',
+    'GSP RPC error prints',
+    'failed with error 0x65',
     '[NV_ERR_TIMEOUT]',
   ],
   prefilter: ['NVRM'],
-  match(msg) {
+  match(msg): RuleHit | null {
     if (!msg.includes('NVRM') || !GSP_TIMEOUT.test(msg)) return null;
     const g = GSP_GPU.exec(msg);
-    // "GPU6" is the driver's instance number, not a PCI address, so it goes to attrs only.
+    const p = GSP_RATE_PCI.exec(msg);
+    const pci = p ? normalizePci(p[1]) : undefined;
+    // "GPU6" is the driver's instance number, not a PCI address, so it goes to attrs only; so does the
+    // rate-limit note's PCI address, so that one GPU's GSP timeouts stay one problem whatever line said them.
     return {
       reason: 'NvidiaGSPTimeout',
       entity: '',
-      summary: `NVIDIA GSP firmware timeout${g ? ` on GPU${g[1]}` : ''}`,
-      ...(g ? { attrs: { gpuIndex: Number(g[1]) } } : {}),
+      summary: `NVIDIA GSP firmware timeout${g ? ` on GPU${g[1]}` : pci ? ` on GPU ${pci}` : ''}`,
+      ...(g ? { attrs: { gpuIndex: Number(g[1]) } } : pci ? { attrs: { pci } } : {}),
     };
   },
 };
