@@ -118,6 +118,7 @@ export const kubernetesConfig = z
     /**
      * Events for Fatal findings, per reason per minute: a bucket of their own, larger, because each
      * one names a newly failing part (repeats only update its Event series) and must be seen at once.
+     * Those over it are named together in summary Events (a bucket of the same size), never dropped.
      */
     fatalEventsPerReasonPerMinute: z.number().int().min(1).default(30),
   })
