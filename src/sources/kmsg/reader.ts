@@ -7,7 +7,10 @@
  * isolate (~8 MiB RSS) and no periodic work. Under load (LOAD_RECORDS) it hands the fd to a thread
  * of its own (read-thread.ts; the main thread reads on until it is up), which then stays: it
  * empties the ring at read speed whatever the main thread does and sheds noise (counted) when the
- * main thread falls behind. Mode 'thread' starts that thread at once. Records are delivered in
+ * main thread falls behind. Until the thread is up (a storm's onset meets the main thread) the main
+ * thread sheds noise the same way above SHED_RECORDS, so it reads on ahead of the ring's wrap
+ * instead of pausing while classification catches up: a record that can raise a finding anywhere
+ * in the storm is read (bench/storm-onset.ts). Mode 'thread' starts that thread at once. Records are delivered in
  * bounded batches, one per turn of the event loop, so classifying a burst never starves the HTTP
  * server. Without koffi (or on a test device) the main thread reads, with the fd O_NONBLOCK,
  * re-checking on an interval.
@@ -99,6 +102,14 @@ const READ_AHEAD = 8192;
  * classification catches up; what the kernel overwrites meanwhile is counted as lost.
  */
 const READ_AHEAD_BYTES = 4 << 20;
+/**
+ * Reading on the main thread, live records in the backlog above which noise is shed (counted, as
+ * the read thread does above its high mark): a storm's onset, before the read thread is up, then
+ * never pauses reading for noise, so the ring is read ahead of its wrap (a default 128 KiB ring
+ * turns over in ~15 ms at 100,000 records/s). A record a keep pattern matches is never shed.
+ */
+const SHED_RECORDS = 2048;
+const SHED_BYTES = 2 << 20;
 /** Records lookback 0 skips at most at start: more than a 16 MiB ring holds. */
 const SKIP_BOUND = 1 << 20;
 /** Accounted per record beyond its text: the parsed object, its fields and the array slot. */
@@ -181,6 +192,8 @@ export class KmsgReader {
   private backlogChars: number[] = [];
   private immediate: NodeJS.Immediate | undefined;
   private retry: NodeJS.Timeout | undefined;
+  /** The keep patterns as the main thread tests them; undefined when one cannot be tested here (then nothing is shed here). */
+  private readonly keepHere: ((msg: string) => boolean)[] | undefined;
 
   constructor(private readonly opts: KmsgReaderOptions = {}) {
     this.path = opts.path ?? '/dev/kmsg';
@@ -192,6 +205,7 @@ export class KmsgReader {
     this.lastSeq = sameBoot ? opts.cursor!.seq : -1;
     this.lookbackMs = sameBoot ? Infinity : opts.cursor ? (opts.newBootLookbackMs ?? Infinity) : (opts.lookbackMs ?? DEFAULT_LOOKBACK_MS);
     this.metrics = kmsgMetrics(opts.registry);
+    this.keepHere = keepTesters(opts.keep ?? []);
   }
 
   /** How records are read: 'thread', or on the main thread woken by 'poll' or re-checking on an 'interval'; undefined before start. */
@@ -541,25 +555,61 @@ export class KmsgReader {
     }
   }
 
-  /** Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws on a read error. */
+  /**
+   * Reads on this thread into the backlog until the ring is empty or the read-ahead is full; throws
+   * on a read error. Live noise above the shed mark is counted as shed, not held, so a storm that
+   * meets the main thread (its onset, before the read thread is up) is read at ring speed.
+   */
   private readHere(): 'empty' | 'more' {
-    // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
-    for (let i = 0; i < READ_AHEAD * 2 && this.backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
-      const n = this.readOne();
-      if (n === 'retry') continue;
-      if (n === 'again') {
+    let shed = 0;
+    try {
+      // Errors count toward the bound too, so an EPIPE storm cannot spin forever.
+      for (let i = 0; i < READ_AHEAD * 2 && this.backlog.length < READ_AHEAD && this.backlogBytes < READ_AHEAD_BYTES; i++) {
+        const n = this.readOne();
+        if (n === 'retry') continue;
+        if (n === 'again') {
+          this.atEof = false;
+          this.caughtUp();
+          return 'empty';
+        }
+        if (n <= 0) {
+          this.atEof = true;
+          return 'empty';
+        }
         this.atEof = false;
-        this.caughtUp();
-        return 'empty';
+        const text = this.buf.toString('utf8', 0, n);
+        if (this.sheddingHere() && !this.keptHere(text)) {
+          const seq = rawSeq(text);
+          if (seq >= 0) {
+            this.recordsRead++;
+            this.metrics.records.inc();
+            if (this.skipTo(seq)) shed++;
+            continue;
+          }
+        }
+        if (this.accept(text, this.backlog)) this.backlogChars.push(-1);
       }
-      if (n <= 0) {
-        this.atEof = true;
-        return 'empty';
-      }
-      this.atEof = false;
-      if (this.accept(this.buf.toString('utf8', 0, n), this.backlog)) this.backlogChars.push(-1);
+      return 'more';
+    } finally {
+      if (shed) this.shed(shed);
     }
-    return 'more';
+  }
+
+  /** Reading here, live, with the backlog above the shed mark and patterns to tell noise by. */
+  private sheddingHere(): boolean {
+    return (
+      !this.initial &&
+      this.keepHere !== undefined &&
+      this.keepHere.length > 0 &&
+      (this.backlog.length >= SHED_RECORDS || this.backlogBytes >= SHED_BYTES)
+    );
+  }
+
+  /** Whether a raw record's message matches a keep pattern (a record that could raise a finding). */
+  private keptHere(text: string): boolean {
+    const msg = text.slice(text.indexOf(';') + 1);
+    for (const test of this.keepHere!) if (test(msg)) return true;
+    return false;
   }
 
   /** Parses one raw record; true when it joined the backlog (false: unparsable, already seen, or before the lookback). */
@@ -619,6 +669,33 @@ export class KmsgReader {
       this.opts.onError?.(toError(err));
     }
   }
+}
+
+/** "<prio>,<seq>,<ts>,<flags>;<message>": the seq, or -1 when the header is malformed (as the read thread reads it). */
+function rawSeq(text: string): number {
+  const a = text.indexOf(',');
+  const b = a < 0 ? -1 : text.indexOf(',', a + 1);
+  const seq = b < 0 ? NaN : Number(text.slice(a + 1, b));
+  return Number.isSafeInteger(seq) && seq >= 0 ? seq : -1;
+}
+
+/**
+ * The keep patterns as functions for the main thread: a RegExp copied without its global/sticky
+ * state (the classifier owns the original's lastIndex), a configured pattern by its own test().
+ * Undefined when one has no test() here: then the main thread sheds nothing (and pauses at the bound).
+ */
+function keepTesters(keep: readonly KeepPattern[]): ((msg: string) => boolean)[] | undefined {
+  const out: ((msg: string) => boolean)[] = [];
+  for (const k of keep) {
+    if (k instanceof RegExp) {
+      const re = new RegExp(k.source, k.flags.replace(/[gy]/g, ''));
+      out.push((msg) => re.test(msg));
+    } else if (typeof (k as { test?: unknown }).test === 'function') {
+      const re = k as unknown as { test(s: string): boolean };
+      out.push((msg) => re.test(msg));
+    } else return undefined;
+  }
+  return out;
 }
 
 /** What a record read ahead holds in memory, about: two bytes a character plus the object. */
