@@ -29,6 +29,8 @@ export type ReasonName =
   | 'PCIeUncorrectableError'
   | 'PCIeUncorrectableNonFatal'
   | 'PCIeCorrectedErrors'
+  | 'IOMMUFault'
+  | 'IOMMUError'
   | 'ApproachingKernelPidMax'
   | 'ApproachingMaxOpenFiles'
   | 'ExcessiveZombieProcesses'
@@ -247,7 +249,7 @@ export const REASONS: readonly ReasonDef[] = [
     sources: ["kmsg"],
     eks: false,
     template: null,
-    description: "The CPU's machine-check architecture reported an uncorrected hardware error (MCE bank status with UC set, \"Processor context corrupt\", an uncorrected memory error, an EDAC UE memory error).",
+    description: "The CPU's machine-check architecture reported an uncorrected hardware error (MCE bank status with UC set, \"Processor context corrupt\", an uncorrected memory error, an EDAC UE memory error), or on arm64 an external abort the firmware did not claim (an SError, a synchronous external abort in the kernel).",
   },
   {
     name: "PCIeUncorrectableError",
@@ -281,6 +283,28 @@ export const REASONS: readonly ReasonDef[] = [
     eks: false,
     template: null,
     description: "PCIe AER corrected errors arrived above the configured rate on one device.",
+  },
+  {
+    name: "IOMMUFault",
+    condition: "KernelReady",
+    severity: "Warning",
+    recovery: { kind: 'ttl', ttlMs: 3600000 },
+    action: "none",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The IOMMU refused a device's DMA (an Arm SMMUv3 event such as F_TRANSLATION or F_PERMISSION, \"event 0x10 received\", decoded on 6.13+ with the client's PCI address). Usually a driver that used a DMA address after unmapping it, or a device gone astray; the device's own driver shows the effect. One problem per SMMU (entity smmu:<device>); the client PCI device, stream id and event name are in the attributes.",
+  },
+  {
+    name: "IOMMUError",
+    condition: "KernelReady",
+    severity: "Fatal",
+    recovery: { kind: 'untilReboot' },
+    action: "reboot",
+    sources: ["kmsg"],
+    eks: false,
+    template: null,
+    description: "The IOMMU itself failed (an Arm SMMUv3 \"CMD_SYNC timeout\" or \"unexpected global error reported ... this could be serious\"), so the completion of its TLB and ATC invalidations is unknown and DMA through it can no longer be trusted. One problem per SMMU (entity smmu:<device>).",
   },
   {
     name: "ApproachingKernelPidMax",

@@ -454,11 +454,51 @@ const MCE_BANK = /Machine Check( Exception)?: [0-9a-fA-F]+ Bank \d+: ([0-9a-fA-F
 const MCE_UNCORRECTED =
   /Machine Check Exception: [0-9a-fA-F]+$|Machine check: Processor context corrupt|Kernel panic: CPU context corrupt|[Ff]atal (?:local )?[Mm]achine check|Timeout: Not all CPUs entered broadcast exception handler|Uncorrected hardware memory error|EDAC MC\d+: \d+ UE /;
 const MCE_CORRECTED = /Machine check events logged|CMCI storm detected|EDAC MC\d+: \d+ CE /;
+// arm64 has no machine-check exception: an error the CPU or the memory system could not contain
+// reaches the kernel as an external abort. Asynchronous, an SError ("SError Interrupt on CPU3, code
+// 0x00000000bf000002 -- SError", then "Kernel panic - not syncing: Asynchronous SError Interrupt"; 6.18+
+// taints the kernel MACHINE_CHECK for it); synchronous, an abort the firmware's RAS handler (APEI/SEA)
+// did not claim, which kills the kernel context ("Internal error: synchronous external abort:
+// 96000610 [#1] PREEMPT SMP"). Errors the firmware did claim arrive as CPER records (the cper rule).
+const ARM_SERROR = /SError Interrupt on CPU(\d{1,5}), code (?:0x)?([0-9a-fA-F]{1,16})/;
+const ARM_SEA = /Internal error: synchronous external abort: (?:0x)?([0-9a-fA-F]{1,16})\b/;
+const ARM_SERROR_PANIC = 'not syncing: Asynchronous SError Interrupt';
+
+/** An arm64 external abort line as an uncorrected machine check, or null. */
+function armExternalAbort(msg: string): RuleHit | null {
+  const s = ARM_SERROR.exec(msg);
+  if (s) {
+    const attrs = { cpu: Number(s[1]), esr: s[2].toLowerCase(), abort: 'SError' };
+    return { reason: 'MachineCheckUncorrected', entity: '', summary: `arm64 SError (asynchronous external abort) on CPU ${s[1]}`, attrs };
+  }
+  const a = ARM_SEA.exec(msg);
+  if (a) {
+    const attrs = { esr: a[1].toLowerCase(), abort: 'synchronous external abort' };
+    return { reason: 'MachineCheckUncorrected', entity: '', summary: 'arm64 synchronous external abort in the kernel', attrs };
+  }
+  if (msg.includes(ARM_SERROR_PANIC))
+    return { reason: 'MachineCheckUncorrected', entity: '', summary: 'kernel panic on an arm64 SError', attrs: { abort: 'SError' } };
+  return null;
+}
+
 const machineCheck: KernelRule = {
   name: 'machine-check',
-  keywords: ['Machine Check', 'Machine check', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic'],
-  prefilter: ['Machine', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic'],
+  keywords: [
+    'Machine Check',
+    'Machine check',
+    'EDAC MC',
+    'CMCI storm',
+    'Uncorrect',
+    'Kernel panic',
+    'SError Interrupt',
+    'synchronous external abort',
+  ],
+  prefilter: ['Machine', 'EDAC MC', 'CMCI storm', 'Uncorrect', 'Kernel panic', 'SError', 'external abort'],
   match(msg) {
+    if (msg.includes('SError') || msg.includes('external abort')) {
+      const arm = armExternalAbort(msg);
+      if (arm) return arm;
+    }
     const b = MCE_BANK.exec(msg);
     let uncorrected: boolean;
     if (b) uncorrected = (BigInt(`0x${b[2]}`) >> 61n) & 1n ? true : false;
@@ -632,6 +672,73 @@ const aerHead: KernelRule = {
       entity: `pci:${device}`,
       summary: `PCIe uncorrectable ${fatal ? 'fatal' : 'non-fatal'} error${m[3] ? 's' : ''} reported for ${device}${gpu ? ` above GPU ${gpu}` : ''}`,
       attrs,
+    };
+  },
+};
+
+// ------------------------------------------------------------------ IOMMU (Arm SMMUv3)
+
+// The SMMUv3 event queue: "arm-smmu-v3 arm-smmu-v3.5.auto: event 0x10 received:" and its raw dwords,
+// and on 6.13+ the decoded line "event: F_TRANSLATION client: 0001:06:00.0 sid: 0x20600 ssid: 0x0 iova:
+// 0xff9bc000 ipa: 0x0": a device's DMA the SMMU refused (a driver bug or a device gone astray). The header
+// and the decoded line raise IOMMUFault on the SMMU, one problem per SMMU however many events it logs (the
+// client, where named, goes to attrs); the raw dwords and the access line ("unpriv data write s1 ...") raise
+// nothing. The SMMU itself failing is IOMMUError: a CMD_SYNC that timed out (its invalidations are not known
+// to have completed, so DMA through it can no longer be trusted) or a global error, which the driver calls
+// "unexpected ... this could be serious"; its "CMDQ error (cons ...): <cause>" detail line raises nothing.
+// After a forced unbind the device prints as "platform arm-smmu-v3.0.auto:".
+const SMMU_DEV = /(?:^|\s)(?:arm-smmu-v3|platform) ([\w.-]{1,64}): /;
+const SMMU_EVENT = /: event 0x([0-9a-fA-F]{2}) received/;
+const SMMU_DECODED = /: event: (\w{1,32}) client: (\S{1,64}) sid: (0x[0-9a-fA-F]{1,8})/;
+const SMMU_FAILED = /CMD_SYNC timeout at|unexpected global error reported \((0x[0-9a-fA-F]{1,8})\)/;
+// SMMUv3 event record ids (Arm IHI 0070, event queue records).
+const SMMU_EVENT_NAMES: Record<number, string> = {
+  0x01: 'F_UUT',
+  0x02: 'C_BAD_STREAMID',
+  0x03: 'F_STE_FETCH',
+  0x04: 'C_BAD_STE',
+  0x05: 'F_BAD_ATS_TREQ',
+  0x06: 'F_STREAM_DISABLED',
+  0x07: 'F_TRANSL_FORBIDDEN',
+  0x08: 'C_BAD_SUBSTREAMID',
+  0x09: 'F_CD_FETCH',
+  0x0a: 'C_BAD_CD',
+  0x0b: 'F_WALK_EABT',
+  0x10: 'F_TRANSLATION',
+  0x11: 'F_ADDR_SIZE',
+  0x12: 'F_ACCESS',
+  0x13: 'F_PERMISSION',
+  0x20: 'F_TLB_CONFLICT',
+  0x21: 'F_CFG_CONFLICT',
+  0x24: 'E_PAGE_REQUEST',
+  0x25: 'F_VMS_FETCH',
+};
+const smmu: KernelRule = {
+  name: 'arm-smmu-v3',
+  keywords: ['arm-smmu-v3'],
+  match(msg): RuleHit | null {
+    const d = SMMU_DEV.exec(msg);
+    if (!d) return null;
+    const entity = `smmu:${d[1]}`;
+    const f = SMMU_FAILED.exec(msg);
+    if (f) {
+      const what = f[1] ? `global error ${f[1]}` : 'CMD_SYNC timeout';
+      return { reason: 'IOMMUError', entity, summary: `Arm SMMUv3 ${d[1]} failed: ${what}`, attrs: { smmu: d[1], error: what } };
+    }
+    const c = SMMU_DECODED.exec(msg);
+    if (c) {
+      const attrs: Record<string, string> = { smmu: d[1], event: c[1], client: c[2].toLowerCase(), sid: c[3] };
+      return { reason: 'IOMMUFault', entity, summary: `Arm SMMUv3 ${d[1]} refused DMA from ${c[2]} (${c[1]})`, attrs };
+    }
+    const e = SMMU_EVENT.exec(msg);
+    if (!e) return null;
+    const id = parseInt(e[1], 16);
+    const name = SMMU_EVENT_NAMES[id] ?? `event 0x${e[1].toLowerCase()}`;
+    return {
+      reason: 'IOMMUFault',
+      entity,
+      summary: `Arm SMMUv3 ${d[1]} event ${name}`,
+      attrs: { smmu: d[1], event: name, eventId: id },
     };
   },
 };
@@ -1016,6 +1123,7 @@ export const BUILTIN_RULES: readonly KernelRule[] = [
   cper,
   aer,
   aerHead,
+  smmu,
   conntrack,
   blockIo,
   nvme,
