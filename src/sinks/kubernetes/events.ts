@@ -12,8 +12,9 @@
  * A Fatal finding is a newly failing part and is never dropped for the budget: one its reason's
  * bucket refuses joins a summary Event of that reason ("on 3 more entities: a, b, c"), one Event
  * for all that arrive while it waits to be sent, as many entities as fit in a note. Summary
- * Events have a bucket of their own (the same size): when it is spent too, the entities wait for
- * its next token and go out together then. So every distinct failing entity is named in an Event,
+ * Events have a bucket of their own (the same size) and gather for SUMMARY_GATHER_MS before they
+ * are queued; when that bucket is spent too, the entities wait for its next token and go out
+ * together then. So every distinct failing entity is named in an Event,
  * and at 1,000 of them the API server gets the budget's Events plus one per ~50 entities.
  */
 import type { Logger } from 'pino';
@@ -83,7 +84,15 @@ interface Summary {
   entities: string[];
   message: string;
   cap: number;
+  /** Gathering: the timer that queues it; cleared once queued. */
+  gather?: NodeJS.Timeout;
 }
+
+/**
+ * How long a summary Event takes in more entities before it is queued: a burst's entities then
+ * share a few Events (each draws a token) instead of one each while the API server is quick.
+ */
+const SUMMARY_GATHER_MS = 200;
 
 /** What a Fatal finding's create needs when its bucket is spent: it joins a summary instead. */
 interface Overflow {
@@ -263,6 +272,8 @@ export class EventRecorder {
       open.note = summaryNote(reason, open.summary);
       return;
     }
+    // A full one still gathering goes now.
+    if (open?.summary?.gather) this.queueSummary(open);
     let w = this.waiting.get(reason);
     if (!w) this.waiting.set(reason, (w = { entities: [], message: o.message, cap }));
     w.entities.push(o.entity);
@@ -300,11 +311,23 @@ export class EventRecorder {
         at,
         summary,
       };
-      // Open before it is queued: an idle queue sends it (and so closes it) at once.
       this.openSummaries.set(reason, op);
-      if (!this.enqueue(op)) this.openSummaries.delete(reason);
+      // Full: queued at once; else it gathers what comes in the next moments.
+      if (w.entities.length) this.queueSummary(op);
+      else {
+        summary.gather = setTimeout(() => this.queueSummary(op), SUMMARY_GATHER_MS);
+        summary.gather.unref();
+      }
     }
     this.waiting.delete(reason);
+  }
+
+  /** Queues a summary Event; it takes in more entities until it is sent. */
+  private queueSummary(op: Op & { kind: 'create' }): void {
+    if (!op.summary) return;
+    clearTimeout(op.summary.gather);
+    op.summary.gather = undefined;
+    if (!this.enqueue(op) && this.openSummaries.get(op.reason) === op) this.openSummaries.delete(op.reason);
   }
 
   /** Token bucket: `cap` creations a minute, with that as the burst. */
@@ -462,6 +485,11 @@ export class EventRecorder {
   async stop(finalWriteMs = 0): Promise<void> {
     clearInterval(this.flushTimer);
     for (const w of this.waiting.values()) clearTimeout(w.timer);
+    for (const op of [...this.openSummaries.values()]) {
+      if (!op.summary?.gather) continue;
+      if (finalWriteMs > 0 && !this.stopped) this.queueSummary(op);
+      else clearTimeout(op.summary.gather);
+    }
     if (finalWriteMs > 0 && !this.stopped) {
       this.flushSeries(true);
       const deadline = Date.now() + finalWriteMs;
