@@ -23,6 +23,8 @@ const benches: Record<string, () => Promise<Bench>> = {
   karpenter: async () => (await import('./karpenter.ts')).benchKarpenter,
   conns: async () => (await import('./conns.ts')).benchConns,
   userrules: async () => (await import('./userrules.ts')).benchUserRules,
+  'storm-onset': async () => (await import('./storm-onset.ts')).benchStormOnset,
+  memory: async () => (await import('./memory.ts')).benchMemory,
 };
 
 /** Benches that time code in this process, not the agent: they need no dist/ build. */
