@@ -86,6 +86,8 @@ export interface GpuMonitorOptions {
    * to `maxMs` (jittered), not only every pollInterval (config sourceRetry; default 1 s to 5 min).
    */
   retry?: { initialMs: number; maxMs: number };
+  /** How long the poll worker stays after a poll while the event worker runs (default 10 s; test seam). */
+  pollWorkerIdleMs?: number;
 }
 
 export type GpuMonitorState = 'new' | 'off' | 'running' | 'stopped';
@@ -193,7 +195,16 @@ export class GpuMonitor implements Monitor {
       watchdogMs: this.config.watchdog,
       metrics: this.metrics,
       log: this.log,
+      // Between polls (minutes apart) the poll worker's thread (~9 MiB) is ended while the event
+      // worker keeps NVML initialised; without it, NVML would be set up afresh on every poll.
+      retireWhen: () => this.eventClient?.running === true,
+      ...(opts.pollWorkerIdleMs !== undefined ? { retireAfterMs: opts.pollWorkerIdleMs } : {}),
     });
+  }
+
+  /** The poll worker: whether its thread runs now, and how many were retired while idle. */
+  pollWorker(): { running: boolean; retired: number } {
+    return { running: this.pollClient.workerRunning, retired: this.pollClient.retired };
   }
 
   /** Poll interval for an external scheduler. */
@@ -367,10 +378,12 @@ export class GpuMonitor implements Monitor {
         }
         try {
           const init = await this.pollClient.init();
+          // Said once: a poll worker retired between polls initialises again on the next.
+          const told = this.nvmlUp && init.missing.join() === this.missing.join();
           this.nvmlUp = true;
           this.driverVersion = init.driverVersion;
           this.missing = init.missing;
-          if (init.missing.length)
+          if (init.missing.length && !told)
             this.log({ missing: init.missing }, 'NVML library lacks some symbols (older driver); the checks that need them are skipped');
         } catch (err) {
           return [this.failure(err, now)];

@@ -40,6 +40,15 @@ export interface NvmlClientOptions {
   watchdogMs: number;
   metrics: NvmlMetrics;
   log: LogFn;
+  /**
+   * Poll client: end the poll worker once it has been idle this long, when `retireWhen()` says so
+   * (the GPU monitor: while the event worker holds its own NVML initialisation, so NVML stays up
+   * and the next poll's init is a reference count). A worker thread costs ~9 MiB RSS, and polls
+   * are minutes apart. The next request starts a fresh worker.
+   */
+  retireWhen?: () => boolean;
+  /** Idle time before the poll worker is retired (default 10 s). */
+  retireAfterMs?: number;
 }
 
 /** A stuck call seen by the watchdog. */
@@ -114,6 +123,9 @@ export class CallWatch {
   }
 }
 
+/** The id of the shutdown request that retires an idle poll worker (requests count up from 1). */
+const RETIRE_ID = -1;
+
 /** Every worker told to terminate that has not exited yet (process-wide). */
 const leftBehind = new Set<Worker>();
 
@@ -177,6 +189,9 @@ export class NvmlPollClient {
   lastHang: HangReport | null = null;
   /** GPU identities as the worker read them, kept even if it hangs later in the same poll. */
   private readonly identities = new Map<number, RawIdentity>();
+  private retireTimer: NodeJS.Timeout | undefined;
+  /** Poll workers retired while idle (tests, metrics). */
+  retired = 0;
 
   constructor(private readonly opts: NvmlClientOptions) {}
 
@@ -187,6 +202,11 @@ export class NvmlPollClient {
 
   get initialised(): boolean {
     return this.live?.initialised ?? false;
+  }
+
+  /** Whether a poll worker thread is running now (it is retired between polls while `retireWhen()` holds). */
+  get workerRunning(): boolean {
+    return this.live !== null;
   }
 
   identityAt(index: number): RawIdentity | undefined {
@@ -215,6 +235,7 @@ export class NvmlPollClient {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.retireTimer);
     const live = this.live;
     if (!live) return;
     // Best effort: let NVML shut down cleanly if the worker is responsive, but never wait long.
@@ -258,6 +279,7 @@ export class NvmlPollClient {
       clearTimeout(p.timer);
       if (m.ok) p.resolve(m.result);
       else p.reject(reviveError(m.error));
+      if (live.pending.size === 0) this.scheduleRetire(live);
     });
     worker.on('error', (err) => {
       if (this.live !== live) return;
@@ -270,6 +292,42 @@ export class NvmlPollClient {
     });
     this.live = live;
     return live;
+  }
+
+  private scheduleRetire(live: LivePoll): void {
+    clearTimeout(this.retireTimer);
+    if (!this.opts.retireWhen) return;
+    this.retireTimer = setTimeout(() => this.retire(live), this.opts.retireAfterMs ?? 10_000);
+    this.retireTimer.unref();
+  }
+
+  /**
+   * Ends an idle poll worker: detached first (a request from now on starts a fresh one), then
+   * nvmlShutdown drops its NVML reference and the thread ends. A shutdown that hangs leaves the
+   * thread stuck like any hung call (counted in stuckWorkers).
+   */
+  private retire(live: LivePoll): void {
+    if (this.live !== live || live.pending.size > 0 || this.closed || !this.opts.retireWhen?.()) return;
+    this.live = null;
+    live.watch.stop();
+    this.retired++;
+    const w = live.worker;
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      w.off('message', onMessage);
+      if (ok) void w.terminate().catch(() => {});
+      else {
+        this.opts.log({ afterMs: this.opts.watchdogMs }, 'NVML poll worker did not shut down; abandoning it');
+        abandon(w, this.stuck);
+      }
+    };
+    const onMessage = (m: PollResponse) => {
+      if (!('progress' in m) && m.id === RETIRE_ID) done(true);
+    };
+    const timer = setTimeout(() => done(false), this.opts.watchdogMs);
+    timer.unref();
+    w.on('message', onMessage);
+    w.postMessage({ id: RETIRE_ID, op: 'shutdown' } satisfies PollRequest);
   }
 
   private request(req: PollRequest): Promise<unknown> {
