@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops/starts only kube-apiserver of a cluster started by up.sh; kine and its data keep running,
+# Stops/starts only kube-apiserver of a cluster started by up.sh; its storage (kine or etcd) and data keep running,
 # and the apiserver comes back on the same port with the same certs, tokens and data.
 #   test/cluster/apiserver.sh stop|start|restart|status [STATE_DIR]
 # STATE_DIR defaults to $VIGIL_CLUSTER_DIR, then <repo>/.cluster. `start` waits for /readyz.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops the control plane started by up.sh, by process id. Usage:
+# Stops the control plane started by up.sh (API server, then kine or etcd), by process id. Usage:
 #   test/cluster/down.sh [--purge] [STATE_DIR]     (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/down.sh)
 # --purge also deletes STATE_DIR (only if it is a Vigil cluster dir). Idempotent.
 # A node started by up.sh --with-node is stopped first and the host put back as up.sh recorded it.
@@ -32,7 +32,8 @@ if [[ -f "$DIR/node-lock.pid" || -d "$DIR/host" ]]; then
 fi
 stop_apiserver "$DIR"
 stop_kine "$DIR"
-rm -f "$DIR/apiserver.port" "$DIR/kine.port"
+stop_etcd "$DIR"
+rm -f "$DIR/apiserver.port" "$DIR/kine.port" "$DIR/etcd.port"
 if [[ "$PURGE" == 1 ]]; then
   rm -rf "$DIR"
   log "stopped and removed $DIR"

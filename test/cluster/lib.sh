@@ -140,6 +140,56 @@ start_kine() {
   die "kine: could not bind a free port after 5 attempts"
 }
 
+# --- etcd (up.sh --storage etcd) ---------------------------------------------------------------------
+
+# start_etcd DIR: a single-member etcd on 127.0.0.1 (client and peer ports of its own), data in
+# DIR/etcd; writes DIR/etcd.port (the client port, which also serves /metrics, /health and the v3 JSON
+# gateway). fsync stays on, as in production: its cost is part of what the benches measure.
+start_etcd() {
+  local dir="$1" port peer
+  [[ -x "$ETCD_BIN" ]] || die "etcd binary missing at $ETCD_BIN; run test/cluster/build-etcd.sh first"
+  rm -rf "$dir/etcd"; mkdir -p "$dir/etcd"; chmod 700 "$dir/etcd"
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    port="$(free_port)"; peer="$(free_port)"
+    [[ "$port" != "$peer" ]] || continue
+    launch "$dir" etcd "$ETCD_BIN" \
+      --name=vigil-test \
+      --data-dir="$dir/etcd/data" \
+      --listen-client-urls="http://127.0.0.1:$port" \
+      --advertise-client-urls="http://127.0.0.1:$port" \
+      --listen-peer-urls="http://127.0.0.1:$peer" \
+      --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+      --initial-cluster="vigil-test=http://127.0.0.1:$peer" \
+      --initial-cluster-state=new \
+      --log-level=warn
+    local i exited=0
+    for (( i = 0; i < 300; i++ )); do
+      if ! pid_alive "$dir/etcd.pid" etcd; then exited=1; break; fi
+      if pid_listens "$(cat "$dir/etcd.pid")" "$port" && curl -fsS --max-time 2 "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"'; then
+        echo "$port" > "$dir/etcd.port"
+        log "etcd $ETCD_VERSION listening on 127.0.0.1:$port (peer :$peer, pid $(cat "$dir/etcd.pid"))"
+        return 0
+      fi
+      sleep 0.1
+    done
+    if [[ "$exited" == 0 ]]; then
+      stop_pid "$dir/etcd.pid" etcd
+      tail_log "$dir/etcd.log"; die "etcd not healthy on 127.0.0.1:$port within 30s"
+    fi
+    if tail -n 20 "$dir/etcd.log" | grep -qi 'address already in use'; then
+      log "port $port or $peer taken, retrying ($attempt)"; rm -rf "$dir/etcd/data"; continue
+    fi
+    tail_log "$dir/etcd.log"; die "etcd exited during startup"
+  done
+  die "etcd: could not bind free ports after 5 attempts"
+}
+
+stop_etcd() { stop_pid "$1/etcd.pid" etcd "${2:-10}"; }
+
+# The storage up.sh started for DIR (DIR/storage; kine for clusters made before it existed).
+storage_of() { if [[ -s "$1/storage" ]]; then cat "$1/storage"; else echo kine; fi; }
+
 # --- kube-apiserver --------------------------------------------------------------------------------
 
 # Writes DIR/apiserver.args (one flag per line) for the given ports. Everything is relative to DIR.
@@ -184,7 +234,8 @@ start_apiserver() {
   local dir="$1" timeout="${VIGIL_CLUSTER_TIMEOUT:-180}"
   [[ -x "$KUBE_APISERVER_BIN" ]] || die "kube-apiserver binary missing at $KUBE_APISERVER_BIN; run test/cluster/build.sh first"
   [[ -f "$dir/apiserver.args" ]] || die "$dir/apiserver.args missing; was up.sh run for $dir?"
-  pid_alive "$dir/kine.pid" kine || die "kine is not running for $dir (start the cluster with up.sh)"
+  local storage; storage="$(storage_of "$dir")"
+  pid_alive "$dir/$storage.pid" "$storage" || die "$storage is not running for $dir (start the cluster with up.sh)"
   if pid_alive "$dir/apiserver.pid" kube-apiserver; then die "kube-apiserver already running (pid $(cat "$dir/apiserver.pid"))"; fi
   local port; port="$(sed -n 's/^--secure-port=//p' "$dir/apiserver.args")"
   if port_open "$port"; then die "port 127.0.0.1:$port is in use by another process"; fi

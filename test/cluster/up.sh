@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Starts a real local control plane: kine (etcd API over SQLite) + kube-apiserver, on 127.0.0.1
-# with random free ports. Usage:
+# Starts a real local control plane: kine (etcd API over SQLite) or a real etcd, + kube-apiserver, on
+# 127.0.0.1 with random free ports. Usage:
 #   test/cluster/up.sh [STATE_DIR]          (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/up.sh)
+#   test/cluster/up.sh --storage etcd|kine [STATE_DIR]  the API server's storage (default kine, or
+#                                                     $VIGIL_CLUSTER_STORAGE): etcd is a single-member
+#                                                     etcd (build-etcd.sh) with its data in STATE_DIR/etcd
 #   test/cluster/up.sh --with-karpenter [STATE_DIR]   also Karpenter node repair + KWOK (test/cluster/karpenter/up.sh)
 #   test/cluster/up.sh --with-node [STATE_DIR]        also a real Node: kubelet + containerd + runc, kube-scheduler,
 #                                                     kube-controller-manager and a local registry (node-lib.sh);
@@ -22,10 +25,18 @@ source "$HERE/lib.sh"
 for tool in openssl curl; do command -v "$tool" >/dev/null 2>&1 || die "$tool is required"; done
 
 # --with-karpenter: also start Karpenter's node repair (test/cluster/karpenter/up.sh; stopped by down.sh).
-WITH_KARPENTER=0; WITH_NODE=0; ARGS=()
-for a in "$@"; do
-  case "$a" in --with-karpenter) WITH_KARPENTER=1 ;; --with-node) WITH_NODE=1 ;; *) ARGS+=("$a") ;; esac
+WITH_KARPENTER=0; WITH_NODE=0; ARGS=(); STORAGE="${VIGIL_CLUSTER_STORAGE:-kine}"
+while (($#)); do
+  case "$1" in
+    --with-karpenter) WITH_KARPENTER=1 ;;
+    --with-node) WITH_NODE=1 ;;
+    --storage) [[ $# -ge 2 ]] || die "--storage needs etcd or kine"; STORAGE="$2"; shift ;;
+    --storage=*) STORAGE="${1#--storage=}" ;;
+    *) ARGS+=("$1") ;;
+  esac
+  shift
 done
+[[ "$STORAGE" == etcd || "$STORAGE" == kine ]] || die "--storage must be etcd or kine, not '$STORAGE'"
 DIR="$(resolve_dir "${ARGS[0]:-}")"
 if [[ "$WITH_NODE" == 1 ]]; then
   # shellcheck source=node-lib.sh
@@ -44,6 +55,11 @@ if [[ ! -x "$KUBE_APISERVER_BIN" || ! -x "$KINE_BIN" ]]; then
   log "binaries missing; running build.sh (slow on a cold cache)"
   bash "$HERE/build.sh" >/dev/null
 fi
+if [[ "$STORAGE" == etcd && ! -x "$ETCD_BIN" ]]; then
+  [[ "${VIGIL_SKIP_BUILD:-0}" == 1 ]] && die "etcd missing ($ETCD_BIN); run test/cluster/build-etcd.sh"
+  log "etcd missing; running build-etcd.sh"
+  bash "$HERE/build-etcd.sh" >/dev/null
+fi
 
 # Refuse to wipe a non-empty directory that we did not create.
 if [[ ! -e "$DIR/$MARKER" && -n "$(ls -A "$DIR")" ]]; then
@@ -53,8 +69,8 @@ fi
 stop_pid "$DIR/karpenter-vigil.pid" karpenter-vigil; stop_pid "$DIR/kwok.pid" kwok
 # A node left running in this dir: down.sh stops it and puts the host back.
 if [[ -e "$DIR/$MARKER" && -f "$DIR/node-lock.pid" ]]; then bash "$HERE/down.sh" "$DIR"; fi
-stop_apiserver "$DIR"; stop_kine "$DIR"
-rm -rf "$DIR/pki" "$DIR/kine" "$DIR"/*.pid "$DIR"/*.port "$DIR"/*.log "$DIR"/*.kubeconfig "$DIR"/*.token \
+stop_apiserver "$DIR"; stop_kine "$DIR"; stop_etcd "$DIR"
+rm -rf "$DIR/pki" "$DIR/kine" "$DIR/etcd" "$DIR/storage" "$DIR"/*.pid "$DIR"/*.port "$DIR"/*.log "$DIR"/*.kubeconfig "$DIR"/*.token \
   "$DIR/tokens.csv" "$DIR/apiserver.args" "$DIR/cluster.env" "$DIR/cluster.json"
 touch "$DIR/$MARKER"
 
@@ -65,6 +81,7 @@ cleanup() {
     if [[ "$WITH_NODE" == 1 ]]; then node_down "$DIR" || true; node_unlock "$DIR" || true; fi
     stop_apiserver "$DIR" 5 || true
     stop_kine "$DIR" 5 || true
+    stop_etcd "$DIR" 5 || true
   fi
 }
 trap cleanup EXIT
@@ -118,12 +135,18 @@ printf '%s' "$AGENT_TOKEN" > "$DIR/agent.token"
 chmod 600 "$DIR/tokens.csv" "$DIR/admin.token" "$DIR/agent.token"
 
 # --- storage + apiserver ------------------------------------------------------------------------------
-start_kine "$DIR"
-KINE_PORT="$(cat "$DIR/kine.port")"
+echo "$STORAGE" > "$DIR/storage"
+if [[ "$STORAGE" == etcd ]]; then
+  start_etcd "$DIR"
+  STORE_PORT="$(cat "$DIR/etcd.port")"
+else
+  start_kine "$DIR"
+  STORE_PORT="$(cat "$DIR/kine.port")"
+fi
 
 for attempt in 1 2 3; do
   PORT="$(free_port)"
-  write_apiserver_args "$DIR" "$PORT" "$KINE_PORT"
+  write_apiserver_args "$DIR" "$PORT" "$STORE_PORT"
   if [[ "$WITH_NODE" == 1 ]]; then
     # With a controller manager making ServiceAccounts, pods get their tokens the usual way.
     sed -i '/^--disable-admission-plugins=ServiceAccount$/d' "$DIR/apiserver.args"
@@ -188,7 +211,8 @@ VIGIL_CA_FILE=$PKI/ca.crt
 VIGIL_ADMIN_TOKEN_FILE=$DIR/admin.token
 VIGIL_AGENT_TOKEN_FILE=$DIR/agent.token
 VIGIL_AGENT_KUBECONFIG=$DIR/agent.kubeconfig
-VIGIL_KINE_PORT=$KINE_PORT
+VIGIL_STORAGE=$STORAGE
+VIGIL_${STORAGE^^}_PORT=$STORE_PORT
 EOF
 if [[ -n "$NODE_ENV" ]]; then printf '%s\n' "$NODE_ENV" >> "$DIR/cluster.env"; fi
 cat > "$DIR/cluster.json" <<EOF
@@ -204,15 +228,16 @@ cat > "$DIR/cluster.json" <<EOF
   "agentToken": "$AGENT_TOKEN",
   "agentTokenFile": "$DIR/agent.token",
   "agentKubeconfig": "$DIR/agent.kubeconfig",
-  "kinePort": $KINE_PORT,
+  "storage": "$STORAGE",
+  "${STORAGE}Port": $STORE_PORT,
   "apiserverPid": $(cat "$DIR/apiserver.pid"),
-  "kinePid": $(cat "$DIR/kine.pid"),$NODE_JSON
+  "${STORAGE}Pid": $(cat "$DIR/$STORAGE.pid"),$NODE_JSON
   "kubernetesVersion": "$K8S_VERSION",
-  "kineVersion": "$KINE_VERSION"
+  "${STORAGE}Version": "$( [[ "$STORAGE" == etcd ]] && echo "$ETCD_VERSION" || echo "$KINE_VERSION")"
 }
 EOF
 
 ok=1
 if [[ "$WITH_KARPENTER" == 1 ]]; then bash "$HERE/karpenter/up.sh" "$DIR" || die "Karpenter did not start (the control plane keeps running; down.sh stops it)"; fi
-log "cluster up in $DIR (kube-apiserver $K8S_VERSION at $SERVER, kine $KINE_VERSION on :$KINE_PORT)"
+log "cluster up in $DIR (kube-apiserver $K8S_VERSION at $SERVER, $STORAGE $( [[ "$STORAGE" == etcd ]] && echo "$ETCD_VERSION" || echo "$KINE_VERSION") on :$STORE_PORT)"
 echo "$DIR/admin.kubeconfig"

@@ -6,6 +6,10 @@ KINE_VERSION="${VIGIL_KINE_VERSION:-v0.17.5}"
 VIGIL_CACHE_DIR="${VIGIL_CACHE_DIR:-$VIGIL_REPO_ROOT/.cache}"
 KUBE_APISERVER_BIN="$VIGIL_CACHE_DIR/k8s-bin/${K8S_VERSION}/kube-apiserver"
 KINE_BIN="$VIGIL_CACHE_DIR/k8s-bin/kine-${KINE_VERSION}/kine"
+# A real etcd (the storage production clusters run; up.sh --storage etcd), built by build-etcd.sh from
+# the go.etcd.io/etcd/server/v3 module, whose root is etcd's main package (3.5+).
+ETCD_VERSION="${VIGIL_ETCD_VERSION:-v3.7.3}"
+ETCD_BIN="$VIGIL_CACHE_DIR/k8s-bin/etcd-${ETCD_VERSION}/etcd"
 # Operator tools for test/deploy: helm v4 (own module, no replace directives, so `go install` works)
 # and kubectl from k8s.io/kubernetes at the API server's version.
 HELM_VERSION="${VIGIL_HELM_VERSION:-v4.3.2}"

@@ -1,5 +1,5 @@
 /**
- * Gives a test file its own real control plane (kine + kube-apiserver, test/cluster/up.sh) and the
+ * Gives a test file its own real control plane (kine or etcd + kube-apiserver, test/cluster/up.sh) and the
  * identities Vigil uses: an admin, and Vigil's ServiceAccount whose rights are exactly the
  * ClusterRole in deploy/rbac.yaml (applied here with the admin client, as an operator would).
  * Every cluster is torn down with `down.sh --purge` from stop(), and from an exit hook in case a
@@ -38,6 +38,26 @@ interface ClusterJson {
   port: number;
   caFile: string;
   kubeconfig: string;
+  storage?: ClusterStorage;
+  etcdPort?: number;
+  etcdPid?: number;
+}
+
+/**
+ * The API server's storage: kine (the etcd API over SQLite, one write at a time; the tests' default)
+ * or a real single-member etcd (what production clusters run). startCluster's option, else
+ * $VIGIL_CLUSTER_STORAGE, else kine.
+ */
+export type ClusterStorage = 'kine' | 'etcd';
+
+export function clusterStorage(dflt: ClusterStorage = 'kine'): ClusterStorage {
+  const v = process.env.VIGIL_CLUSTER_STORAGE ?? dflt;
+  if (v !== 'kine' && v !== 'etcd') throw new Error(`VIGIL_CLUSTER_STORAGE must be kine or etcd, not ${v}`);
+  return v;
+}
+
+export interface StartClusterOptions {
+  storage?: ClusterStorage;
 }
 
 export interface AdminClients {
@@ -51,6 +71,11 @@ export interface AdminClients {
 export interface TestCluster {
   dir: string;
   server: string;
+  storage: ClusterStorage;
+  /** etcd's client URL (it also serves /metrics and the v3 JSON gateway); undefined on kine. */
+  etcdUrl: string | undefined;
+  /** etcd's process id (its CPU and memory); undefined on kine. */
+  etcdPid: number | undefined;
   adminKubeconfig: string;
   /** Vigil's ServiceAccount (vigil/vigil), token not bound to a pod; rights = deploy/rbac.yaml. */
   vigilKubeconfig: string;
@@ -60,8 +85,8 @@ export interface TestCluster {
   /** Creates a Node and plays kubelet: `Ready=True` plus any extra conditions given. */
   createNode(name: string, conditions?: k8s.V1NodeCondition[]): Promise<k8s.V1Node>;
   readNode(name: string): Promise<k8s.V1Node>;
-  /** A token for vigil/vigil bound to a new Pod scheduled (spec.nodeName) on `node`. */
-  tokenForPodOnNode(node: string): Promise<string>;
+  /** A token for vigil/vigil bound to a new Pod scheduled (spec.nodeName) on `node` (default 1 h). */
+  tokenForPodOnNode(node: string, expirationSeconds?: number): Promise<string>;
   /** Writes a kubeconfig for a bearer token against this cluster and returns its path. */
   kubeconfigForToken(token: string, name: string): string;
   /** A ServiceAccount in the vigil namespace bound to a ClusterRole with exactly these rules. */
@@ -70,6 +95,8 @@ export interface TestCluster {
   apply(file: string): Promise<void>;
   /** The API server's own Prometheus metrics (apiserver_request_total and friends), as text. */
   metrics(): Promise<string>;
+  /** etcd's own Prometheus metrics (etcd_mvcc_*, etcd_disk_wal_write_bytes_total, ...); throws on kine. */
+  etcdMetrics(): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -116,12 +143,13 @@ export function downOnExit(dir: string): () => boolean {
   return () => live.delete(dir);
 }
 
-export async function startCluster(): Promise<TestCluster> {
+export async function startCluster(opts: StartClusterOptions = {}): Promise<TestCluster> {
   hookExit();
+  const storage = opts.storage ?? clusterStorage();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-cluster-'));
   live.add(dir);
   try {
-    await run('bash', [path.join(CLUSTER_SCRIPTS, 'up.sh'), dir]);
+    await run('bash', [path.join(CLUSTER_SCRIPTS, 'up.sh'), '--storage', storage, dir]);
   } catch (err) {
     spawnSync('bash', [path.join(CLUSTER_SCRIPTS, 'down.sh'), '--purge', dir], { stdio: 'ignore' });
     live.delete(dir);
@@ -171,14 +199,14 @@ export async function startCluster(): Promise<TestCluster> {
     }
   };
 
-  const saToken = async (sa: string, boundPod?: { name: string; uid: string }): Promise<string> => {
+  const saToken = async (sa: string, boundPod?: { name: string; uid: string }, expirationSeconds = 3600): Promise<string> => {
     const tr = await admin.core.createNamespacedServiceAccountToken({
       name: sa,
       namespace: VIGIL_NAMESPACE,
       body: {
         spec: {
           audiences: [],
-          expirationSeconds: 3600,
+          expirationSeconds,
           ...(boundPod ? { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: boundPod.name, uid: boundPod.uid } } : {}),
         },
       },
@@ -192,9 +220,13 @@ export async function startCluster(): Promise<TestCluster> {
   const vigilKubeconfig = kubeconfigForToken(await saToken(VIGIL_SA), 'vigil');
   let pods = 0;
 
+  const etcdUrl = info.storage === 'etcd' && info.etcdPort ? `http://127.0.0.1:${info.etcdPort}` : undefined;
   const cluster: TestCluster = {
     dir,
     server: info.server,
+    storage: info.storage ?? 'kine',
+    etcdUrl,
+    etcdPid: info.etcdPid,
     adminKubeconfig: info.kubeconfig,
     vigilKubeconfig,
     admin,
@@ -224,7 +256,7 @@ export async function startCluster(): Promise<TestCluster> {
     readNode(name) {
       return admin.core.readNode({ name });
     },
-    async tokenForPodOnNode(node) {
+    async tokenForPodOnNode(node, expirationSeconds) {
       const pod = await admin.core.createNamespacedPod({
         namespace: VIGIL_NAMESPACE,
         body: {
@@ -232,7 +264,7 @@ export async function startCluster(): Promise<TestCluster> {
           spec: { nodeName: node, serviceAccountName: VIGIL_SA, containers: [{ name: 'vigil', image: 'vigil:test' }] },
         },
       });
-      return saToken(VIGIL_SA, { name: pod.metadata!.name!, uid: pod.metadata!.uid! });
+      return saToken(VIGIL_SA, { name: pod.metadata!.name!, uid: pod.metadata!.uid! }, expirationSeconds);
     },
     kubeconfigForToken,
     async serviceAccountKubeconfig(name, rules) {
@@ -260,6 +292,12 @@ export async function startCluster(): Promise<TestCluster> {
         });
         req.on('error', reject);
       });
+    },
+    async etcdMetrics() {
+      if (!etcdUrl) throw new Error(`this cluster runs on ${info.storage ?? 'kine'}, not etcd`);
+      const res = await fetch(`${etcdUrl}/metrics`);
+      if (!res.ok) throw new Error(`GET ${etcdUrl}/metrics: ${res.status}`);
+      return res.text();
     },
     async stop() {
       if (!live.has(dir)) return;
