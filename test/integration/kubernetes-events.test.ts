@@ -116,7 +116,7 @@ test('a warning that repeats only after its first flush gap waits for the long r
   await v.stop();
 });
 
-test('Fatal findings have a budget of their own: every newly failing GPU gets its Event while Warnings are held to their rate', async () => {
+test('Fatal findings have a budget of their own: every newly failing GPU is named in an Event while Warnings are held to their rate', async () => {
   const node = 'ev-fatal-rate';
   await cluster.createNode(node);
   const v = startVigil({
@@ -127,11 +127,19 @@ test('Fatal findings have a budget of their own: every newly failing GPU gets it
   await v.started;
   for (let i = 0; i < 6; i++) v.engine.finding(finding('NvidiaPCIeError', `gpu:${i}`, `replay counter rose on GPU ${i}`));
   for (let i = 0; i < 12; i++) v.engine.finding(finding('NvidiaXID79Error', `gpu:0000:${10 + i}:00.0`, `GPU ${i} has fallen off the bus`));
-  await waitFor('events written', async () => v.sink.events.idle && (await eventsFor(cluster, node)).length >= 13);
+  await waitFor('events written', async () => v.sink.events.idle && (await eventsFor(cluster, node)).length >= 14);
   const mine = await eventsFor(cluster, node);
   assert.equal(mine.filter((e) => e.reason === 'NvidiaPCIeError').length, 3, 'Warnings: 3 a minute');
   assert.equal(mine.filter((e) => e.reason === 'NvidiaXID79Error' && e.note?.startsWith('gpu:')).length, 10, 'Fatal: 10 a minute');
-  assert.equal(await v.metric('vigil_k8s_events_dropped_total', { why: 'rate_limited' }), 3 + 2);
+  // The two GPUs past the Fatal budget are named together in one summary Event, not dropped.
+  const summary = mine.filter((e) => e.reason === 'NvidiaXID79Error' && / more entities \(over /.test(e.note ?? ''));
+  assert.equal(summary.length, 1);
+  assert.match(
+    summary[0].note ?? '',
+    / on 2 more entities \(over NvidiaXID79Error's Event budget of 10 a minute\): gpu:0000:20:00\.0, gpu:0000:21:00\.0$/,
+  );
+  assert.equal(await v.metric('vigil_k8s_events_dropped_total', { why: 'rate_limited' }), 3);
+  assert.equal(await v.metric('vigil_k8s_event_entities_summarized_total'), 2);
   await v.stop();
 });
 

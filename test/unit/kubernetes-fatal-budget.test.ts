@@ -155,6 +155,24 @@ test('with the summary bucket spent too, entities wait for its next token and ar
   await rec.stop();
 });
 
+test('entities still waiting for a summary token when the agent stops are sent in its final write', async () => {
+  const { rec, creates } = recorder(1);
+  const entities = Array.from({ length: 5 }, (_, i) => gpu(i + 1));
+  for (const e of entities) {
+    rec.handle(fatal(e));
+    await step(300);
+  }
+  // 1 own Event and 1 summary; the other 3 wait about a minute for the summary bucket.
+  assert.equal(creates.length, 2);
+  assert.equal(rec.idle, true);
+  const stopped = rec.stop(2000);
+  await step(100);
+  await stopped;
+  assert.equal(creates.length, 3);
+  assert.match(creates[2].note, /on 3 more entities/);
+  for (const e of entities) assert.equal(naming(creates, e).length, 1, `${e} named once`);
+});
+
 test('1,000 distinct Fatals at once: every one named in 30 own Events and summaries of about 50 each', async () => {
   const { rec, creates } = recorder();
   const entities = Array.from({ length: 1000 }, (_, i) => gpu(i + 1));

@@ -280,14 +280,18 @@ export class EventRecorder {
     if (!w.timer) this.releaseWaiting(reason);
   }
 
-  /** Turns waiting entities into summary Events while the summary bucket has tokens; else waits for the next. */
-  private releaseWaiting(reason: string): void {
+  /**
+   * Turns waiting entities into summary Events while the summary bucket has tokens; else waits for
+   * the next. `force` (shutdown): without tokens, so none is left untold.
+   */
+  private releaseWaiting(reason: string, force = false): void {
     const w = this.waiting.get(reason);
     if (!w || this.stopped) return;
+    clearTimeout(w.timer);
     w.timer = undefined;
     while (w.entities.length) {
       const key = `fatal-summary|${reason}`;
-      if (!this.take(key, w.cap, this.now())) {
+      if (!this.take(key, w.cap, this.now()) && !force) {
         const tokens = this.buckets.get(key)?.tokens ?? 0;
         w.timer = setTimeout(() => this.releaseWaiting(reason), Math.max(1, ((1 - tokens) / w.cap) * 60_000));
         w.timer.unref();
@@ -374,9 +378,9 @@ export class EventRecorder {
     return true;
   }
 
-  /** Nothing queued or being sent. */
+  /** Nothing queued, being sent, or gathering into a summary Event. */
   get idle(): boolean {
-    return this.queue.length === 0 && !this.running;
+    return this.queue.length === 0 && !this.running && ![...this.openSummaries.values()].some((op) => op.summary?.gather);
   }
 
   /** Settles (never rejects) when the write now being sent is through; undefined when none is. */
@@ -484,7 +488,10 @@ export class EventRecorder {
    */
   async stop(finalWriteMs = 0): Promise<void> {
     clearInterval(this.flushTimer);
-    for (const w of this.waiting.values()) clearTimeout(w.timer);
+    for (const [reason, w] of this.waiting) {
+      if (finalWriteMs > 0 && !this.stopped) this.releaseWaiting(reason, true);
+      else clearTimeout(w.timer);
+    }
     for (const op of [...this.openSummaries.values()]) {
       if (!op.summary?.gather) continue;
       if (finalWriteMs > 0 && !this.stopped) this.queueSummary(op);
