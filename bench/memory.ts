@@ -11,8 +11,9 @@
  * - idle_rss_mib_gpu_double_events_off: on, against the NVML C double (native/fake-nvml) with 8
  *   GPUs in a host root whose sysfs shows them; NVML events off: NVML loaded and initialised in
  *   the poll worker (its thread), no event worker.
- * - idle_rss_mib_gpu_double: on with events (the default): the poll worker and the event worker,
- *   which waits in nvmlEventSetWait_v2. This is the figure operators see on a GPU node, less the
+ * - idle_rss_mib_gpu_double: on with events (the default): the event worker, which waits in
+ *   nvmlEventSetWait_v2, and the poll worker only during a poll (retired after 10 s idle, so not in
+ *   the window; src/sources/nvml/client.ts). This is the figure operators see on a GPU node, less the
  *   real libnvidia-ml's own allocations (about 17 MiB at nvmlInit on an H200 node; the double
  *   allocates next to nothing).
  * - idle_rss_mib_gpu_double_kubernetes: that plus the Kubernetes sink (its client loaded, pointed
@@ -22,9 +23,12 @@
  *   left in the heaps.
  * - idle_rss_mib_gpu_double_opt: the default GPU agent with the optimizing compilers on (`node
  *   --opt --sparkplug bin/vigil.js`; the agent turns them off unless a flag says otherwise).
+ * - idle_rss_mib_gpu_double_sparkplug: the same with only the baseline compiler on (`--sparkplug`).
  *
  * The parts (each the difference of two of the above, so a few tenths of a MiB is noise):
- * rss_part_nvml_poll_worker_mib (NVML loaded + init in its worker thread), rss_part_nvml_event_worker_mib,
+ * rss_part_nvml_poll_worker_mib (events off: the one NVML worker thread with NVML loaded and initialised),
+ * rss_part_nvml_event_worker_mib (events on rather than off: the event worker in place of the retired
+ * poll worker, plus what the retired one left in the process's allocator),
  * rss_part_kubernetes_client_mib, rss_part_kmsg_read_thread_after_burst_mib, rss_part_optimizing_compilers_mib.
  *
  * Classification speed per compiler setting, the same run: bench/kmsg.ts (1,000,000 lines through
@@ -187,6 +191,7 @@ export async function benchMemory(): Promise<Record<string, number>> {
       burst(5000);
     });
     const opt = await measure('gpu double, optimizing compilers on', ['--opt', '--sparkplug'], standalone(config('opt', gpuOn)));
+    const baseline = await measure('gpu double, Sparkplug on', ['--sparkplug'], standalone(config('sparkplug', gpuOn)));
     const interp = classifyRate(['--no-opt', '--no-sparkplug']);
     const sparkplug = classifyRate(['--no-opt']);
     const optimizing = classifyRate([]);
@@ -197,6 +202,7 @@ export async function benchMemory(): Promise<Record<string, number>> {
       idle_rss_mib_gpu_double_kubernetes: kube,
       idle_rss_mib_gpu_double_after_burst: afterBurst,
       idle_rss_mib_gpu_double_opt: opt,
+      idle_rss_mib_gpu_double_sparkplug: baseline,
       rss_part_nvml_poll_worker_mib: noEvents - off,
       rss_part_nvml_event_worker_mib: gpu - noEvents,
       rss_part_kubernetes_client_mib: kube - gpu,
