@@ -20,6 +20,7 @@ const DECLARATIONS = {
   flock: 'int flock(int fd, int operation)',
   adjtimex: 'int adjtimex(void *buf)',
   klogctl: 'int klogctl(int type, void *buf, int len)',
+  read: 'long read(int fd, void *buf, unsigned long count)',
 } as const;
 
 /** flock(2) operations. */
@@ -34,6 +35,12 @@ export interface Libc {
   flock(fd: number, operation: number): number;
   adjtimex(buf: Buffer): number;
   klogctl(type: number, buf: Buffer | null, len: number): number;
+  /**
+   * read(2), blocking the calling thread (the kmsg reader's fd is O_NONBLOCK): -1 with errno set on
+   * error. Cheaper than fs.readSync per call (no argument checks, no Error built for EAGAIN), which
+   * matters at 100,000 records a second with the agent's interpreter-only V8 flags.
+   */
+  read(fd: number, buf: Buffer, count: number): number;
   /**
    * poll(2) on one of libuv's pool threads (4 by default, shared with fs, dns.lookup, crypto and
    * zlib); `done` runs on the main thread with poll's result, errno readable through errno() there.
@@ -65,6 +72,7 @@ function bind(): { libc: Libc } | { error: Error } {
         flock: fn<Libc['flock']>('flock'),
         adjtimex: fn<Libc['adjtimex']>('adjtimex'),
         klogctl: fn<Libc['klogctl']>('klogctl'),
+        read: fn<Libc['read']>('read'),
         pollAsync: fn<{ async: Libc['pollAsync'] }>('poll').async,
         errno: () => koffi.errno(),
       },
@@ -74,7 +82,7 @@ function bind(): { libc: Libc } | { error: Error } {
   }
 }
 
-/** What the kmsg read thread (plain CommonJS in a worker thread) needs to bind poll(2) itself. */
-export function pollWorkerLibc(): { koffiPath: string; soname: string; poll: string } {
-  return { koffiPath: require.resolve('koffi'), soname: LIBC_SONAME, poll: DECLARATIONS.poll };
+/** What the kmsg read thread (plain CommonJS in a worker thread) needs to bind poll(2) and read(2) itself. */
+export function pollWorkerLibc(): { koffiPath: string; soname: string; poll: string; read: string } {
+  return { koffiPath: require.resolve('koffi'), soname: LIBC_SONAME, poll: DECLARATIONS.poll, read: DECLARATIONS.read };
 }

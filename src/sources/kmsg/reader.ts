@@ -30,12 +30,14 @@
  * system's monotonic clock differ by milliseconds and drift apart over a long uptime.
  */
 import { closeSync, constants, openSync, readSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
 import { Counter, type Registry } from 'prom-client';
 import { readBootId } from '../../util/boot-id.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
 import { parseKmsgRecord, type KmsgRecord } from './parse.ts';
 import { ReadThread, type KeepPattern, type ReadItem, type ReadThreadLimits } from './read-thread.ts';
 import { IntervalWaiter, PollWaiter, type PollWake } from './wait.ts';
+import { libc } from '../../native/index.ts';
 
 /** Where the reader is: persisted by the state store so a restart neither replays nor skips. */
 export interface KmsgCursor {
@@ -129,9 +131,36 @@ const LOAD_RECORDS = 256;
 
 const realIo: KmsgIo = {
   open: (path) => openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
-  read: (fd, buf) => readSync(fd, buf, 0, buf.length, null),
+  read: (fd, buf) => (libcRead() ?? nodeRead)(fd, buf),
   close: (fd) => closeSync(fd),
 };
+
+const nodeRead = (fd: number, buf: Buffer): number => readSync(fd, buf, 0, buf.length, null);
+/** errno number -> name (EAGAIN, EPIPE, ...), for errors shaped like Node's. */
+const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
+let boundRead: ((fd: number, buf: Buffer) => number) | null | undefined;
+
+/**
+ * read(2) through koffi: about half the cost of fs.readSync a record with the agent's V8 flags
+ * (interpreter only), which decides how much of a storm a CPU-starved reader keeps. Errors are
+ * thrown with Node's `code` (EAGAIN, EPIPE, ...), as readOne expects; null when koffi is unavailable.
+ */
+function libcRead(): ((fd: number, buf: Buffer) => number) | null {
+  if (boundRead !== undefined) return boundRead;
+  try {
+    const c = libc();
+    boundRead = (fd, buf) => {
+      const n = c.read(fd, buf, buf.length);
+      if (n >= 0) return n;
+      const errno = c.errno();
+      const code = ERRNO_NAMES.get(errno) ?? `E${errno}`;
+      throw Object.assign(new Error(`${code}: read`), { code, errno: -errno, syscall: 'read' });
+    };
+  } catch {
+    boundRead = null;
+  }
+  return boundRead;
+}
 
 /** CLOCK_MONOTONIC (time since boot, without suspend): the closest clock to printk's. */
 function monotonicMs(): number {
