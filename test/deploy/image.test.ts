@@ -18,6 +18,8 @@ const hasPodman = spawnSync('sh', ['-c', 'command -v podman && command -v deboot
 
 interface Stage {
   from: string;
+  /** FROM's --platform, where given. */
+  platform?: string;
   name?: string;
   lines: string[];
 }
@@ -30,8 +32,8 @@ function dockerfileStages(): { args: string[]; stages: Stage[] } {
   for (const raw of text.split('\n')) {
     const line = raw.trim();
     if (!line || line.startsWith('#')) continue;
-    const m = /^FROM\s+(\S+)(?:\s+AS\s+(\S+))?/i.exec(line);
-    if (m) stages.push({ from: m[1], ...(m[2] ? { name: m[2] } : {}), lines: [] });
+    const m = /^FROM\s+(?:--platform=(\S+)\s+)?(\S+)(?:\s+AS\s+(\S+))?/i.exec(line);
+    if (m) stages.push({ from: m[2], ...(m[1] ? { platform: m[1] } : {}), ...(m[3] ? { name: m[3] } : {}), lines: [] });
     else if (stages.length) stages.at(-1)!.lines.push(line);
     else args.push(line);
   }
@@ -44,6 +46,11 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
   const [build, final] = stages as [Stage, Stage];
   assert.equal(build.name, 'build');
   assert.equal(final.from, '${BASE_IMAGE}');
+  // Multi-architecture: the build stage runs on the builder's own architecture and cross-builds the
+  // target's native parts; the final stage is the target's base.
+  assert.equal(build.platform, '$BUILDPLATFORM');
+  assert.equal(final.platform, undefined);
+  assert.ok(build.lines.includes('ARG TARGETARCH'));
   assert.ok(
     args.some((a) => /^ARG BASE_IMAGE=\S*node:24-/.test(a)),
     'BASE_IMAGE defaults to a public Node 24 image',
@@ -52,7 +59,9 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
     args.some((a) => /^ARG BUILD_IMAGE=\S*node:24-/.test(a)),
     'BUILD_IMAGE defaults to the same Node line (re2 is built against its headers)',
   );
-  assert.ok(build.lines.some((l) => l.includes('npm run build') && l.includes('npm prune --omit=dev')));
+  assert.ok(build.lines.some((l) => l.includes('npm run build')));
+  // Production packages for the target apart from the build's: npm picks optional native packages by --cpu.
+  assert.ok(build.lines.some((l) => /npm ci --omit=dev .*--cpu=/.test(l)));
   // Native RE2 is compiled in the build stage only: no compiler reaches the final image.
   assert.ok(build.lines.some((l) => /apt-get install .*\bg\+\+/.test(l) && l.includes('make')));
   assert.ok(build.lines.some((l) => l.includes('node-gyp rebuild') && l.includes('strip')));
@@ -71,7 +80,7 @@ test('Dockerfile: a build stage, then a final stage on a base image argument tha
   );
   // The final stage copies built output only, never the sources or the dev toolchain.
   const copies = final.lines.filter((l) => l.startsWith('COPY'));
-  assert.deepEqual(copies.map((l) => l.split(/\s+/).at(-2)).sort(), ['/src/dist', '/src/node_modules', '/src/package.json', 'bin']);
+  assert.deepEqual(copies.map((l) => l.split(/\s+/).at(-2)).sort(), ['/prod/node_modules', '/src/dist', '/src/package.json', 'bin']);
 });
 
 interface Built {
