@@ -17,9 +17,10 @@
  *
  * The agent's config is every default but a kernel-log lookback of 0 (the ring is full of the
  * previous run's storm; reading it at start-up would be a burst, not an idle agent). Each storm
- * holds /tmp/vigil-ring.lock (as bench:compare's storm does), so tests that read the ring are not
- * overrun by it, and sets printk_devkmsg to `on` for its length (user writes are otherwise
- * rate-limited per open file), restoring it after. Needs root. `npm run bench -- storm-onset`.
+ * holds /tmp/vigil-ring.lock (as bench:compare's storm does) from before the agent starts, so tests
+ * that read the ring are not overrun by it and the agent meets the storm fresh, and sets
+ * printk_devkmsg to `on` for its length (user writes are otherwise rate-limited per open file),
+ * restoring it after. Needs root. `npm run bench -- storm-onset`.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -126,7 +127,16 @@ export async function stormOnsetRun(dir: string): Promise<StormOnsetRun> {
   const config = path.join(dir, 'vigil.yaml');
   writeFileSync(config, 'kernelLog:\n  lookback: "0"\n');
   const stateDir = mkdtempSync(path.join(dir, 'state-'));
-  const agent = await startAgent(['--standalone', '--state-dir', stateDir, '--config', config]);
+  // The ring lock first: the agent must meet the storm fresh, not after waiting for another bench.
+  const lock = await ringLock();
+  let agent: Awaited<ReturnType<typeof startAgent>>;
+  try {
+    agent = await startAgent(['--standalone', '--state-dir', stateDir, '--config', config]);
+  } catch (err) {
+    await lock.release();
+    throw err;
+  }
+  let locked = true;
   try {
     // Just started and idle: 0.5-2 s after the agent said it started.
     const idleMs = 500 + Math.floor(Math.random() * 1500);
@@ -137,7 +147,6 @@ export async function stormOnsetRun(dir: string): Promise<StormOnsetRun> {
     const xid = `NVRM: Xid (PCI:${pci}): 79, pid=4242, name=stormonset, GPU has fallen off the bus.`;
     const perWriter = Math.floor(RECORDS / WRITERS);
     const hidePosition = Math.floor(Math.random() * perWriter);
-    const lock = await ringLock();
     const devkmsg = '/proc/sys/kernel/printk_devkmsg';
     const devkmsgBefore = readFileSync(devkmsg, 'utf8').trim();
     writeFileSync(devkmsg, 'on\n');
@@ -148,6 +157,7 @@ export async function stormOnsetRun(dir: string): Promise<StormOnsetRun> {
       );
     } finally {
       writeFileSync(devkmsg, `${devkmsgBefore}\n`);
+      locked = false;
       await lock.release();
     }
     const hiddenAt = results[0].hiddenAt!;
@@ -172,6 +182,7 @@ export async function stormOnsetRun(dir: string): Promise<StormOnsetRun> {
       idleMs,
     };
   } finally {
+    if (locked) await lock.release();
     await agent.stop();
   }
 }
