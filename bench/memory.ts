@@ -44,6 +44,7 @@ import { fileURLToPath } from 'node:url';
 import { buildFakeNvml, fakeGpus, writeFakeConfig } from '../native/fake-nvml/build.ts';
 import { makeSysfs } from '../test/integration/nvml-helpers.ts';
 import { rssMiB } from './idle.ts';
+import { ringLock } from './storm-onset.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SETTLE_S = Number(process.env.BENCH_MEMORY_SETTLE_SECONDS ?? 20);
@@ -115,8 +116,17 @@ function fakeGpuHost(dir: string): string {
   return host;
 }
 
-/** One burst of `n` records (noise) to /dev/kmsg, as fast as one open file takes them. */
-function burst(n: number): void {
+/** One burst of `n` records (noise) to /dev/kmsg, as fast as one open file takes them, holding the ring lock. */
+async function burst(n: number): Promise<void> {
+  const lock = await ringLock();
+  try {
+    burstNow(n);
+  } finally {
+    await lock.release();
+  }
+}
+
+function burstNow(n: number): void {
   const script = `const fs=require('node:fs');const fd=fs.openSync('/dev/kmsg','w');for(let i=0;i<${n};i++)fs.writeSync(fd,'<6>memory bench burst '+i+'\\n');`;
   const devkmsg = '/proc/sys/kernel/printk_devkmsg';
   const before = spawnSync('cat', [devkmsg], { encoding: 'utf8' }).stdout.trim();
@@ -188,7 +198,7 @@ export async function benchMemory(): Promise<Record<string, number>> {
     );
     const afterBurst = await measure('gpu double after a burst', [], standalone(config('burst', gpuOn)), async () => {
       await sleep(2000);
-      burst(5000);
+      await burst(5000);
     });
     const opt = await measure('gpu double, optimizing compilers on', ['--opt', '--sparkplug'], standalone(config('opt', gpuOn)));
     const baseline = await measure('gpu double, Sparkplug on', ['--sparkplug'], standalone(config('sparkplug', gpuOn)));

@@ -85,7 +85,7 @@ function runWriter(args: (string | number)[]): Promise<WriterResult> {
 }
 
 /** Holds /tmp/vigil-ring.lock (flock) until release(), as bench:compare's storm does. */
-async function ringLock(): Promise<{ release(): Promise<void> }> {
+export async function ringLock(): Promise<{ release(): Promise<void> }> {
   const child = spawn('flock', ['-x', '/tmp/vigil-ring.lock', '-c', 'echo locked; cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
   await new Promise<void>((resolve, reject) => {
     child.stdout.once('data', () => resolve());
