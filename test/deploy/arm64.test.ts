@@ -15,6 +15,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { uniquePci, writeKmsg } from '../helpers/agent-process.ts';
 import { entryLines, loadCorpus } from '../helpers/corpus.ts';
+import { publish } from './pod-install.ts';
+import { HELM, versionsVar } from './tools.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const binfmt = path.join(root, 'test/deploy/binfmt.sh');
@@ -203,6 +205,63 @@ test(
       child.kill('SIGTERM');
       assert.equal(await exited, 0, stderr);
     });
+
+    const crane = versionsVar('CRANE_BIN');
+    await t.test(
+      'the local registry holds one manifest list naming the amd64 and arm64 images, and the chart names that one tag',
+      { skip: existsSync(crane) && existsSync(HELM) ? false : 'crane or helm not built (test/cluster/build-node.sh, build.sh)' },
+      async () => {
+        const port = 20000 + Math.floor(Math.random() * 20000);
+        const registry = spawn(crane, ['registry', 'serve', '--address', `127.0.0.1:${port}`, '--disk', path.join(work, 'registry')], {
+          stdio: 'ignore',
+        });
+        try {
+          for (let i = 0; i < 100; i++) {
+            if (
+              await fetch(`http://127.0.0.1:${port}/v2/`).then(
+                (r) => r.ok,
+                () => false,
+              )
+            )
+              break;
+            await new Promise((res) => setTimeout(res, 100));
+          }
+          const reg = `127.0.0.1:${port}`;
+          const pub = publish(reg, ['amd64', 'arm64']);
+          assert.equal(pub.arches, 'amd64 arm64');
+          const m = spawnSync(crane, ['manifest', pub.image], { encoding: 'utf8' });
+          assert.equal(m.status, 0, m.stderr);
+          const index = JSON.parse(m.stdout) as { mediaType?: string; manifests?: { platform?: { os: string; architecture: string } }[] };
+          assert.match(String(index.mediaType), /manifest\.list|image\.index/);
+          assert.deepEqual(index.manifests?.map((x) => `${x.platform?.os}/${x.platform?.architecture}`).sort(), [
+            'linux/amd64',
+            'linux/arm64',
+          ]);
+          // Each entry is the image built for that architecture.
+          const cfg = (arch: string) =>
+            JSON.parse(spawnSync(crane, ['config', '--platform', `linux/${arch}`, pub.image], { encoding: 'utf8' }).stdout) as {
+              architecture: string;
+            };
+          assert.equal(cfg('arm64').architecture, 'arm64');
+          assert.equal(cfg('amd64').architecture, 'amd64');
+          // The chart from the same registry: one image reference, nothing chosen per architecture.
+          const h = spawnSync(HELM, ['template', 'vigil', pub.chart, '--version', pub.chartVersion, '--plain-http'], {
+            encoding: 'utf8',
+            env: {
+              ...process.env,
+              HELM_CONFIG_HOME: path.join(work, 'helm'),
+              HELM_CACHE_HOME: path.join(work, 'helm'),
+              HELM_DATA_HOME: path.join(work, 'helm'),
+            },
+          });
+          assert.equal(h.status, 0, h.stderr);
+          assert.match(h.stdout, /image: "?\S+\/vigil:/);
+          assert.doesNotMatch(h.stdout, /amd64|arm64|kubernetes\.io\/arch/);
+        } finally {
+          registry.kill('SIGKILL');
+        }
+      },
+    );
 
     await t.test('binfmt_misc is as it was before the test once it is restored', () => {
       for (const m of mounts.splice(0).reverse()) spawnSync('umount', ['-l', m]);

@@ -12,6 +12,8 @@ import { HELM, ROOT } from './tools.ts';
 /** What test/deploy/publish.sh prints. */
 export interface Published {
   image: string;
+  /** The architectures pushed, space-separated: one image, or a manifest list naming each. */
+  arches: string;
   digest: string;
   chart: string;
   chartVersion: string;
@@ -21,13 +23,17 @@ export interface Published {
   pushSeconds: number;
 }
 
-/** Builds (or reuses) the image, pushes it and the packaged chart to `registry` (host:port, plain HTTP). */
-export function publish(registry: string): Published {
+/**
+ * Builds (or reuses) the image, pushes it and the packaged chart to `registry` (host:port, plain HTTP).
+ * With several `arches`, the image tag is a manifest list naming each architecture's image.
+ */
+export function publish(registry: string, arches: readonly string[] = ['amd64']): Published {
   const r = spawnSync('bash', [path.join(ROOT, 'test/deploy/publish.sh'), registry], {
     cwd: ROOT,
+    env: { ...process.env, VIGIL_IMAGE_ARCHES: arches.join(' ') },
     encoding: 'utf8',
     maxBuffer: 64 << 20,
-    timeout: 30 * 60_000,
+    timeout: 60 * 60_000,
   });
   if (r.status !== 0) throw new Error(`publish.sh exited ${r.status}:\n${r.stderr.slice(-6000)}`);
   return JSON.parse(r.stdout) as Published;

@@ -11,7 +11,7 @@
 # builds the same tag), built otherwise. Pushed with `podman push`, the chart with `helm package` and
 # `helm push`. Helm's configuration and cache go to a temporary directory unless HELM_CONFIG_HOME,
 # HELM_CACHE_HOME and HELM_DATA_HOME are set (nothing written to the caller's home).
-# Prints one JSON object on stdout: {image, digest, chart, chartVersion, appVersion, built,
+# Prints one JSON object on stdout: {image, arches, digest, chart, chartVersion, appVersion, built,
 # buildSeconds, pushSeconds}. Progress goes to stderr.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -20,6 +20,9 @@ REGISTRY="${1:?usage: publish.sh REGISTRY}"
 source "$ROOT/test/cluster/versions.sh"
 CACHE="${VIGIL_CACHE_DIR:-$ROOT/.cache}/image"
 LOCAL=localhost/vigil:test
+# The architectures to publish: one image, or with several a manifest list naming each
+# (VIGIL_IMAGE_ARCHES="amd64 arm64"; arm64 is built under qemu, see build-image.sh).
+ARCHES="${VIGIL_IMAGE_ARCHES:-amd64}"
 
 log() { printf '[publish] %s\n' "$*" >&2; }
 die() { printf '[publish] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -40,37 +43,62 @@ fi
 # The label is compared under build-image.sh's lock, so a build in progress (image.test.ts) is
 # waited for and then reused rather than repeated.
 current_image() {
-  local want="$1" got
+  local tag="$1" want="$2" got
   mkdir -p "$CACHE"
-  got="$(flock "$CACHE/.lock" podman image inspect "$LOCAL" \
+  got="$(flock "$CACHE/.lock" podman image inspect "$tag" \
     --format '{{.Id}} {{index .Config.Labels "dev.vigil.context"}}' 2>/dev/null || true)"
   [[ "${got#* }" == "$want" ]] && printf '%s' "${got%% *}"
+}
+
+# One architecture's image from this tree (into ID): reused when its label matches, built otherwise.
+image_for() {
+  local arch="$1" tag="$LOCAL" id
+  [[ "$arch" == amd64 ]] || tag="$LOCAL-$arch"
+  id="$(current_image "$tag" "$want" || true)"
+  if [[ -z "$id" ]]; then
+    log "no $tag for this tree ($want); building it"
+    bash "$ROOT/test/deploy/build-image.sh" "$work/build" "$arch" >"$work/build.json" || die "build-image.sh $arch failed"
+    rm -rf "$work/build"
+    built=true
+    id="$(current_image "$tag" "$want" || true)"
+    # The tree changed while it was built: push what was built, say so.
+    if [[ -z "$id" ]]; then
+      id="$(podman image inspect "$tag" --format '{{.Id}}')"
+      log "the tree changed during the build; pushing the $arch image built from the earlier tree"
+    fi
+  else
+    log "reusing $tag ${id:0:12}, built from this tree"
+  fi
+  ID="$id"
 }
 
 t0=$(date +%s)
 want="$(bash "$ROOT/test/deploy/context-hash.sh")"
 built=false
-id="$(current_image "$want" || true)"
-if [[ -z "$id" ]]; then
-  log "no $LOCAL for this tree ($want); building it"
-  bash "$ROOT/test/deploy/build-image.sh" "$work/build" >"$work/build.json" || die "build-image.sh failed"
-  rm -rf "$work/build"
-  built=true
-  id="$(current_image "$want" || true)"
-  # The tree changed while it was built: push what was built, say so.
-  if [[ -z "$id" ]]; then
-    id="$(podman image inspect "$LOCAL" --format '{{.Id}}')"
-    log "the tree changed during the build; pushing the image built from the earlier tree"
-  fi
-else
-  log "reusing $LOCAL ${id:0:12}, built from this tree"
-fi
+read -r -a arches <<<"$ARCHES"
+ids=()
+for arch in "${arches[@]}"; do
+  image_for "$arch"
+  ids+=("$ID")
+done
 t1=$(date +%s)
 
 IMAGE="$REGISTRY/vigil-dev/vigil:$APP_VERSION"
-log "podman push ${id:0:12} -> $IMAGE"
-# By image ID, not tag: a concurrent rebuild may move the tag meanwhile.
-podman push --tls-verify=false --digestfile "$work/digest" "$id" "docker://$IMAGE" >&2 || die "podman push failed"
+if ((${#arches[@]} == 1)); then
+  log "podman push ${ids[0]:0:12} -> $IMAGE"
+  # By image ID, not tag: a concurrent rebuild may move the tag meanwhile.
+  podman push --tls-verify=false --digestfile "$work/digest" "${ids[0]}" "docker://$IMAGE" >&2 || die "podman push failed"
+else
+  # One manifest list (an OCI index) naming each architecture's image: a node pulls its own, the
+  # chart names the one tag on every architecture.
+  list="localhost/vigil-publish-$$:list"
+  podman manifest create "$list" >&2
+  for id in "${ids[@]}"; do podman manifest add "$list" "containers-storage:$id" >&2; done
+  log "podman manifest push --all ($ARCHES) -> $IMAGE"
+  podman manifest push --all --tls-verify=false --digestfile "$work/digest" "$list" "docker://$IMAGE" >&2 \
+    || { podman manifest rm "$list" >/dev/null 2>&1; die "podman manifest push failed"; }
+  podman manifest rm "$list" >/dev/null 2>&1 || true
+fi
 DIGEST="$(cat "$work/digest")"
 
 log "helm package + helm push oci://$REGISTRY/vigil-dev/charts"
@@ -78,5 +106,5 @@ log "helm package + helm push oci://$REGISTRY/vigil-dev/charts"
 "$HELM_BIN" push "$work/vigil-$VERSION.tgz" "oci://$REGISTRY/vigil-dev/charts" --plain-http >&2 || die "helm push failed"
 t2=$(date +%s)
 
-printf '{"image":"%s","digest":"%s","chart":"%s","chartVersion":"%s","appVersion":"%s","built":%s,"buildSeconds":%d,"pushSeconds":%d}\n' \
-  "$IMAGE" "$DIGEST" "oci://$REGISTRY/vigil-dev/charts/vigil" "$VERSION" "$APP_VERSION" "$built" "$((t1 - t0))" "$((t2 - t1))"
+printf '{"image":"%s","arches":"%s","digest":"%s","chart":"%s","chartVersion":"%s","appVersion":"%s","built":%s,"buildSeconds":%d,"pushSeconds":%d}\n' \
+  "$IMAGE" "$ARCHES" "$DIGEST" "oci://$REGISTRY/vigil-dev/charts/vigil" "$VERSION" "$APP_VERSION" "$built" "$((t1 - t0))" "$((t2 - t1))"
