@@ -23,13 +23,9 @@
  *   (above). A fault with no sign within 10 s counts as 10 s (and in *_missed); a first-fault condition
  *   gets 30 s. An episode whose condition another writer of the shared ring set first (someone else's
  *   Xid on the agent's condition) is left out of the first-fault figures and listed.
- * - throughput_records_per_s: one corpus of BENCH_CORPUS_LINES syslog-format kernel lines (bench/kmsg.ts's
- *   fixtures with randomised numbers, deterministic, 1% faults), a file. Vigil: `vigil scan` on it;
- *   NPD: its system-log-monitor with the filelog plugin (same three monitor configs) on it, with the
- *   Kubernetes exporter off, until it logs the status of an end-marker rule on the file's last line.
- *   Both under `taskset -c 0`, end to end; each agent's run on a one-line file (its start-up) is
- *   subtracted: lines / (t_full - t_startup). throughput_records_per_cpu_s does the same with each
- *   process's CPU time (user + system), which a loaded shared machine leaves comparable.
+ * - throughput_records_per_s, throughput_records_per_cpu_s, live_reader_records_per_s: one pass each
+ *   over the same file (NPD with ONE config: its stock kernel rules and the Xid rules), and Vigil's live
+ *   reader on the real /dev/kmsg; bench/throughput.ts (throughputPass) says how.
  * - idle_cpu_millicores, idle_rss_mib: each agent with its default monitors (Vigil: its default config;
  *   NPD: its stock kernel-monitor + readonly-monitor and the Xid monitor) on its own Node for the whole
  *   run (at least BENCH_IDLE_SECONDS, default 600, after a 90 s settle that covers start-up: Vigil's
@@ -56,18 +52,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  constants,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-  createWriteStream,
-} from 'node:fs';
+import { closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,10 +63,10 @@ import { percentile } from '../test/helpers/kmsg-burst.ts';
 import { rng } from '../test/helpers/prng.ts';
 import { buildDist } from './dist.ts';
 import { cpuSeconds } from './idle.ts';
-import { buildKmsgCorpus } from './kmsg.ts';
 import { ApiObserver, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
+import { throughputPass } from './throughput.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
@@ -470,120 +455,6 @@ function execOut(cmd: string, args: string[]): Promise<string> {
   });
 }
 
-/** The throughput corpus as a syslog file (stamped now, so NPD's filelog lookback keeps it), ending in a marker line. */
-async function writeCorpus(file: string, lines: number, marker: string): Promise<void> {
-  const corpus = lines > 1 ? buildKmsgCorpus(lines - 1) : [];
-  const d = new Date();
-  const mon = d.toLocaleString('en-US', { month: 'short', timeZone: 'UTC' });
-  const stamp = `${mon} ${String(d.getUTCDate()).padStart(2, ' ')} ${d.toISOString().slice(11, 19)}`;
-  const out = createWriteStream(file);
-  let chunk = '';
-  const flush = async () => {
-    if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()));
-    chunk = '';
-  };
-  for (let i = 0; i < corpus.length; i++) {
-    chunk += `${stamp} benchhost kernel: [${(1000 + i / 1000).toFixed(6)}] ${corpus[i]}\n`;
-    if (chunk.length > 1 << 20) await flush();
-  }
-  chunk += `${stamp} benchhost kernel: [99999.000000] ${marker}\n`;
-  await flush();
-  await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
-}
-
-/** Wall and CPU seconds of a run; CPU (user + system) is what a loaded, shared machine leaves comparable. */
-interface Timing {
-  wall: number;
-  cpu: number;
-}
-
-async function timeVigilScan(file: string): Promise<Timing> {
-  const t0 = process.hrtime.bigint();
-  // bash's `times` prints its children's user and system time (second line) once the scan exits.
-  const out = await execOut('bash', [
-    '-c',
-    '"$@" >/dev/null; rc=$?; times; exit $rc',
-    'bash',
-    'taskset',
-    '-c',
-    '0',
-    process.execPath,
-    path.join(ROOT, 'bin/vigil.js'),
-    'scan',
-    '--json',
-    file,
-  ]);
-  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
-  const secs = [...(out.trim().split('\n')[1] ?? '').matchAll(/(\d+)m([\d.]+)s/g)].map((m) => Number(m[1]) * 60 + Number(m[2]));
-  return { wall, cpu: secs.length === 2 ? secs[0] + secs[1] : NaN };
-}
-
-async function timeNpdFile(c: Ctx, file: string, marker: string): Promise<Timing> {
-  const configs = writeNpdConfigs(c.dir, { kind: 'file', path: file }, [
-    { type: 'temporary', reason: 'BenchCorpusEnd', pattern: `${marker}.*` },
-  ]);
-  const t0 = process.hrtime.bigint();
-  // TZ=UTC: NPD parses the stamps in local time; the corpus is stamped in UTC.
-  const npd = startNpd({
-    bin: c.npdBin,
-    configs,
-    nodeName: 'cmp-throughput',
-    prometheusPort: c.ports.next++,
-    wrap: ['env', 'TZ=UTC', 'taskset', '-c', '0'],
-  });
-  try {
-    // The status of the marker's rule (the config dump at start-up names the rule too).
-    await npd.waitFor((l) => l.includes('New status generated') && l.includes('BenchCorpusEnd'), 900_000);
-    // env and taskset exec NPD, so the pid is NPD's.
-    return { wall: Number(process.hrtime.bigint() - t0) / 1e9, cpu: cpuSeconds(npd.pid) };
-  } finally {
-    await npd.stop();
-  }
-}
-
-async function throughputPhase(c: Ctx): Promise<{
-  vigil: number;
-  npd: number;
-  vigilCpu: number;
-  npdCpu: number;
-  classifier: number;
-  notes: Record<string, number>;
-}> {
-  const marker = `vigil-bench-corpus-end-${randomBytes(4).toString('hex')}`;
-  const big = path.join(c.dir, 'corpus.log');
-  const small = path.join(c.dir, 'corpus-1.log');
-  await writeCorpus(big, CORPUS_LINES, marker);
-  await writeCorpus(small, 1, marker);
-  const vSmall = await timeVigilScan(small);
-  const vBig = await timeVigilScan(big);
-  const nSmall = await timeNpdFile(c, small, marker);
-  const nBig = await timeNpdFile(c, big, marker);
-  rmSync(big, { force: true });
-  // Vigil's classifier alone, in process, on the same generator's lines (bench/kmsg.ts), one core.
-  const cls = await execOut('taskset', ['-c', '0', process.execPath, '--import', 'tsx', path.join(ROOT, 'bench/kmsg.ts')]);
-  const classifier = Number(/kmsg_classify_records_per_s: (\d+)/.exec(cls)?.[1] ?? NaN);
-  log(
-    `throughput: vigil ${JSON.stringify(vBig)} (start-up ${JSON.stringify(vSmall)}), npd ${JSON.stringify(nBig)} (start-up ${JSON.stringify(nSmall)})`,
-  );
-  return {
-    vigil: CORPUS_LINES / Math.max(1e-3, vBig.wall - vSmall.wall),
-    npd: CORPUS_LINES / Math.max(1e-3, nBig.wall - nSmall.wall),
-    vigilCpu: CORPUS_LINES / Math.max(1e-3, vBig.cpu - vSmall.cpu),
-    npdCpu: CORPUS_LINES / Math.max(1e-3, nBig.cpu - nSmall.cpu),
-    classifier,
-    notes: {
-      vigil_wall_s: vBig.wall,
-      vigil_cpu_s: vBig.cpu,
-      vigil_startup_wall_s: vSmall.wall,
-      vigil_startup_cpu_s: vSmall.cpu,
-      npd_wall_s: nBig.wall,
-      npd_cpu_s: nBig.cpu,
-      npd_startup_wall_s: nSmall.wall,
-      npd_startup_cpu_s: nSmall.cpu,
-    },
-  };
-}
-
 interface IdlePair {
   pids: Record<Agent, number>;
   users: Record<Agent, string>;
@@ -746,11 +617,10 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
         log(`storm: ${JSON.stringify(s)}`);
       }
       if (PHASES.has('throughput')) {
-        const t = await throughputPhase(c);
-        figures.throughput_records_per_s = { vigil: t.vigil, npd: t.npd };
-        figures.throughput_records_per_cpu_s = { vigil: t.vigilCpu, npd: t.npdCpu };
-        figures.throughput_classifier_only_records_per_s = { vigil: t.classifier, npd: null };
-        notes.throughput = { lines: CORPUS_LINES, ...t.notes };
+        // One pass each (NPD: one config), and Vigil's live reader: bench/throughput.ts.
+        const t = await throughputPass({ dir: c.dir, npdBin: c.npdBin, nextPort: () => c.ports.next++ }, CORPUS_LINES);
+        Object.assign(figures, t.figures);
+        notes.throughput = t.notes;
       }
       // The idle window lasts at least IDLE_SECONDS, however quick the other phases were.
       const idleEnd = Math.max(Date.now(), idleStart + IDLE_SECONDS * 1000);

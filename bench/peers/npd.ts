@@ -117,6 +117,29 @@ export function writeNpdConfigs(
   });
 }
 
+/**
+ * One system-log-monitor config for a file (the per-pass throughput run, bench/throughput.ts): the
+ * rules and conditions of the stock kernel-monitor.json and readonly-monitor.json (NPD's kernel-log
+ * rules) and the Xid monitor's, plus `extraRules`, in ONE config, so NPD runs one file-log watcher
+ * that parses each line once, as `vigil scan` does. Returns its path.
+ */
+export function writeNpdSingleFileConfig(dir: string, file: string, extraRules: NpdMonitorConfig['rules'] = []): string {
+  const parts = [stock('kernel-monitor.json'), stock('readonly-monitor.json'), xidMonitor()];
+  const cfg: NpdMonitorConfig = {
+    ...parts[0],
+    plugin: 'filelog',
+    logPath: file,
+    // As writeNpdConfigs' file source: the stock kernel-monitor-filelog.json's syslog format.
+    pluginConfig: { timestamp: '^.{15}', message: String.raw`kernel: \[.*\] (.*)`, timestampFormat: 'Jan _2 15:04:05' },
+    lookback: '87600h',
+    conditions: parts.flatMap((p) => p.conditions),
+    rules: [...parts.flatMap((p) => p.rules), ...extraRules],
+  };
+  const out = path.join(dir, 'file-single-monitor.json');
+  writeFileSync(out, JSON.stringify(cfg, null, 2));
+  return out;
+}
+
 export interface NpdProcess {
   child: ChildProcess;
   pid: number;
