@@ -45,10 +45,18 @@
  *   API-visible sign within 10 s, and the process is alive.
  * - distinct_fatal_visible_ratio: one long-lived pair of agents, BENCH_DISTINCT Xid 79 faults on distinct
  *   GPUs BENCH_DISTINCT_GAP_MS apart; the share with an API-visible sign within 1 s.
+ * - stream_distinct_fatal_visible_ratio, burst_distinct_fatal_visible_ratio (bench/fatal-visibility.ts):
+ *   a fresh long-lived pair each; 200 Xid 79 faults on distinct GPUs 0.5-2 s apart (about 4 min), and
+ *   100 within one second; the share named (Event or condition) within 1 s, shipped Event budgets.
+ * - first_signal_p50_ms, first_signal_p99_ms: each episode's first fault (a fresh agent's first) to
+ *   the first API-visible sign of any kind (an Event or a condition naming the GPU), as for later faults.
  *
  * `ratio` is vigil / npd for every key (for latency, CPU, RSS, writes, lower is better; for
  * throughput and the visible ratio, higher). Several runs: each figure is the median over runs, and
- * the spread (min, max) is kept. BENCH_COMPARE_PHASES=latency,distinct,storm,throughput picks phases.
+ * the spread (min, max) is kept. BENCH_COMPARE_PHASES=latency,distinct,stream,burst,storm,throughput,idle
+ * picks phases; set, it leaves the idle window out unless it names `idle`, and the keys it measured
+ * replace theirs in the existing compare.json (the others stay, `key_measured` says when and on
+ * which backend each replaced key was measured), e.g. BENCH_COMPARE_PHASES=stream,burst.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -62,6 +70,8 @@ import { uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-p
 import { percentile } from '../test/helpers/kmsg-burst.ts';
 import { rng } from '../test/helpers/prng.ts';
 import { buildDist } from './dist.ts';
+import { burstVisibility, streamVisibility, STREAM_FAULTS, BURST_FAULTS } from './fatal-visibility.ts';
+import { mergeCompare } from './compare-merge.ts';
 import { cpuSeconds } from './idle.ts';
 import { ApiObserver, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
@@ -86,7 +96,9 @@ const DISTINCT_GAP_MS = env('BENCH_DISTINCT_GAP_MS', 1200);
 const SETTLE_SECONDS = 90;
 const SIGN_TIMEOUT_MS = 10_000;
 const FIRST_TIMEOUT_MS = 30_000;
-const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,storm,throughput').split(','));
+const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,stream,burst,storm,throughput,idle').split(','));
+/** Some phases only: their keys are merged into the existing compare.json. */
+const PARTIAL = process.env.BENCH_COMPARE_PHASES !== undefined;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const round = (x: number | null, d = 1): number | null => (x === null || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
@@ -216,6 +228,7 @@ async function latencyPhase(
   rand: () => number,
 ): Promise<{
   first: Record<Agent, number[]>;
+  firstSign: Record<Agent, number[]>;
   later: Record<Agent, number[]>;
   missed: Record<string, number>;
   signKinds: Record<string, number>;
@@ -223,6 +236,7 @@ async function latencyPhase(
   npdMissLog: string[];
 }> {
   const first: Record<Agent, number[]> = { vigil: [], npd: [] };
+  const firstSign: Record<Agent, number[]> = { vigil: [], npd: [] };
   const later: Record<Agent, number[]> = { vigil: [], npd: [] };
   const missed = { first_vigil: 0, first_npd: 0, later_vigil: 0, later_npd: 0 };
   // Which kind of sign came first for later faults (event or condition), per agent.
@@ -246,6 +260,11 @@ async function latencyPhase(
           ['vigil', pair.vNode],
           ['npd', pair.nNode],
         ] as const) {
+          if (i === 0) {
+            // A fresh agent's first signal: the first sign of any kind (Event or condition) naming the GPU.
+            const any = await c.obs.first(names(node, f.pci), f.at, Math.max(0, f.at + FIRST_TIMEOUT_MS - Date.now()));
+            firstSign[agent].push(any ? any.at - f.at : FIRST_TIMEOUT_MS);
+          }
           const pred = i === 0 ? firstCondition(agent, node, f.pci) : names(node, f.pci);
           // The first fault's condition gets longer: a late condition is a figure, not a miss.
           const limit = i === 0 ? FIRST_TIMEOUT_MS : SIGN_TIMEOUT_MS;
@@ -274,7 +293,7 @@ async function latencyPhase(
     }
     c.obs.forget(Date.now() - 60_000);
   }
-  return { first, later, missed, signKinds, excluded, npdMissLog };
+  return { first, firstSign, later, missed, signKinds, excluded, npdMissLog };
 }
 
 async function distinctPhase(c: Ctx): Promise<Record<Agent, { visible: number; latencies: number[] }>> {
@@ -574,6 +593,8 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
         const l = await latencyPhase(c, rng(1000 + run));
         figures.latency_p50_ms = { vigil: percentile(l.first.vigil, 50), npd: percentile(l.first.npd, 50) };
         figures.latency_p99_ms = { vigil: percentile(l.first.vigil, 99), npd: percentile(l.first.npd, 99) };
+        figures.first_signal_p50_ms = { vigil: percentile(l.firstSign.vigil, 50), npd: percentile(l.firstSign.npd, 50) };
+        figures.first_signal_p99_ms = { vigil: percentile(l.firstSign.vigil, 99), npd: percentile(l.firstSign.npd, 99) };
         figures.later_fault_signal_p50_ms = { vigil: percentile(l.later.vigil, 50), npd: percentile(l.later.npd, 50) };
         figures.later_fault_signal_p95_ms = { vigil: percentile(l.later.vigil, 95), npd: percentile(l.later.npd, 95) };
         figures.later_fault_signal_p99_ms = { vigil: percentile(l.later.vigil, 99), npd: percentile(l.later.npd, 99) };
@@ -600,6 +621,29 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
         };
         log(`distinct: vigil ${d.vigil.visible}/${DISTINCT}, npd ${d.npd.visible}/${DISTINCT} visible within 1 s`);
       }
+      for (const phase of ['stream', 'burst'] as const) {
+        if (!PHASES.has(phase)) continue;
+        const pair = await startPair(c, phase);
+        let v: Awaited<ReturnType<typeof streamVisibility>>;
+        try {
+          // No other writer's storm may overwrite the faults meanwhile (as for the storm phase).
+          const lock = await ringLock();
+          try {
+            const line = (pci: string, i: number) => xid79(pci, 3000 + i);
+            v = phase === 'stream' ? await streamVisibility(obs, pair, rng(2000 + run), line) : await burstVisibility(obs, pair, line);
+          } finally {
+            await lock.release();
+          }
+        } finally {
+          await pair.stop();
+        }
+        figures[`${phase}_distinct_fatal_visible_ratio`] = v.ratio;
+        notes[phase] = v.notes;
+        log(
+          `${phase}: vigil ${v.ratio.vigil}, npd ${v.ratio.npd} of ${phase === 'stream' ? STREAM_FAULTS : BURST_FAULTS} visible within 1 s`,
+        );
+        c.obs.forget(Date.now() - 60_000);
+      }
       if (PHASES.has('storm')) {
         const s = await stormPhase(c);
         figures.storm_xid_to_condition_ms = s.xid_to_condition_ms;
@@ -621,6 +665,11 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
         const t = await throughputPass({ dir: c.dir, npdBin: c.npdBin, nextPort: () => c.ports.next++ }, CORPUS_LINES);
         Object.assign(figures, t.figures);
         notes.throughput = t.notes;
+      }
+      // Some phases only, without 'idle': no idle window and no idle figures.
+      if (!PHASES.has('idle')) {
+        notes.npd_kmsg_start_failures = c.npdKmsgStartFailures;
+        return { figures, notes };
       }
       // The idle window lasts at least IDLE_SECONDS, however quick the other phases were.
       const idleEnd = Math.max(Date.now(), idleStart + IDLE_SECONDS * 1000);
@@ -682,6 +731,9 @@ const TARGETS: Record<string, string> = {
   api_writes_per_node_hour: 'Vigil ≤ 12',
   storm_xid_to_condition_ms: 'Vigil ≤ 1000 ms',
   distinct_fatal_visible_ratio: 'Vigil 1.0',
+  stream_distinct_fatal_visible_ratio: 'Vigil 1.0',
+  burst_distinct_fatal_visible_ratio: 'Vigil 1.0',
+  first_signal_p99_ms: 'Vigil ≤ NPD',
 };
 
 function fmt(x: number | null | undefined): string {
@@ -781,8 +833,12 @@ async function main(): Promise<void> {
     per_run: results.map((r) => ({ figures: r.figures, notes: r.notes })),
   };
   mkdirSync(path.join(ROOT, 'bench/results'), { recursive: true });
+  // Some phases only: their keys replace those in the file, the others stay (with when each was measured).
+  const file = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
+  if (PARTIAL) Object.assign(result, mergeCompare(file, result, keys));
   writeFileSync(path.join(ROOT, 'bench/results/compare.json'), JSON.stringify(result, null, 2) + '\n');
   writeDocs(markdown(result, keys, agg, results));
+  if (PARTIAL && process.env.BENCH_COMPARE_OUT === undefined) render();
   console.log(JSON.stringify(agg, null, 2));
 }
 
