@@ -57,6 +57,12 @@
  * picks phases; set, it leaves the idle window out unless it names `idle`, and the keys it measured
  * replace theirs in the existing compare.json (the others stay, `key_measured` says when and on
  * which backend each replaced key was measured), e.g. BENCH_COMPARE_PHASES=stream,burst.
+ *
+ * Backend: the API server stores in a real etcd by default (test/cluster/up.sh --storage etcd), as
+ * production clusters do; VIGIL_CLUSTER_STORAGE=kine runs it on kine (SQLite, one write at a time).
+ * compare.json records it as `backend`, and Vigil's Event-first wait (src/sinks/kubernetes/sink.ts;
+ * VIGIL_EVENT_FIRST_MAX_MS, inherited by the agents, 0 = off) as `event_first_max_ms`.
+ * BENCH_COMPARE_OUT writes the JSON elsewhere (and leaves docs/benchmarks.md alone), for A/B runs.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -65,14 +71,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type * as k8s from '@kubernetes/client-node';
-import { startCluster, shippedClusterRoleRules, type TestCluster } from '../test/helpers/cluster.ts';
+import { clusterStorage, startCluster, shippedClusterRoleRules, type TestCluster } from '../test/helpers/cluster.ts';
 import { uniquePci, writeKmsg, type AgentProcess } from '../test/helpers/agent-process.ts';
 import { percentile } from '../test/helpers/kmsg-burst.ts';
 import { rng } from '../test/helpers/prng.ts';
 import { buildDist } from './dist.ts';
+import { cpuSeconds } from './idle.ts';
 import { burstVisibility, streamVisibility, STREAM_FAULTS, BURST_FAULTS } from './fatal-visibility.ts';
 import { mergeCompare } from './compare-merge.ts';
-import { cpuSeconds } from './idle.ts';
 import { ApiObserver, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
@@ -96,6 +102,8 @@ const DISTINCT_GAP_MS = env('BENCH_DISTINCT_GAP_MS', 1200);
 const SETTLE_SECONDS = 90;
 const SIGN_TIMEOUT_MS = 10_000;
 const FIRST_TIMEOUT_MS = 30_000;
+const BACKEND = clusterStorage('etcd');
+const OUT = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
 const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,stream,burst,storm,throughput,idle').split(','));
 /** Some phases only: their keys are merged into the existing compare.json. */
 const PARTIAL = process.env.BENCH_COMPARE_PHASES !== undefined;
@@ -554,7 +562,7 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
   const extraBefore = process.env.VIGIL_APISERVER_EXTRA_ARGS;
   process.env.VIGIL_APISERVER_EXTRA_ARGS =
     `${extraBefore ?? ''} --audit-policy-file=${policy} --audit-log-path=${audit} --audit-log-format=json`.trim();
-  const cluster = await startCluster();
+  const cluster = await startCluster({ storage: BACKEND });
   if (extraBefore === undefined) delete process.env.VIGIL_APISERVER_EXTRA_ARGS;
   else process.env.VIGIL_APISERVER_EXTRA_ARGS = extraBefore;
   const obs = new ApiObserver(cluster.admin.kc);
@@ -765,7 +773,7 @@ function markdown(
   return [
     '## Vigil and node-problem-detector side by side (`npm run bench:compare`)',
     '',
-    `Measured ${String(result.measured_at).slice(0, 10)} on ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB memory, Linux ${m.kernel}, Node ${m.node}; NPD ${m.npd} built from its Go module. ${runs.length} runs; each figure is the median over runs, the spread columns give min–max over runs. Idle windows ${windows} s (BENCH_IDLE_SECONDS=${fmt(result.idle_seconds as number)}; each opens 90 s after start, past start-up, while the other phases run). \`ratio\` = Vigil / NPD. Method: the comment at the top of \`bench/compare.ts\`; raw figures and notes per run in \`bench/results/compare.json\`.`,
+    `Measured ${String(result.measured_at).slice(0, 10)} on ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB memory, Linux ${m.kernel}, Node ${m.node}; NPD ${m.npd} built from its Go module; the API server stores in ${(result.backend as string | undefined) ?? 'kine'} (Vigil's Event-first wait: ${(result.event_first_max_ms as string | undefined) ?? 'default'}). ${runs.length} runs; each figure is the median over runs, the spread columns give min–max over runs. Idle windows ${windows} s (BENCH_IDLE_SECONDS=${fmt(result.idle_seconds as number)}; each opens 90 s after start, past start-up, while the other phases run). \`ratio\` = Vigil / NPD. Method: the comment at the top of \`bench/compare.ts\`; raw figures and notes per run in \`bench/results/compare.json\`.`,
     '',
     '| key | Vigil | NPD | ratio | Vigil spread | NPD spread | target |',
     '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
@@ -829,6 +837,8 @@ async function main(): Promise<void> {
     idle_seconds: IDLE_SECONDS,
     vigil_from_dist: fromDist,
     ratio_means: 'vigil / npd',
+    backend: BACKEND,
+    event_first_max_ms: process.env.VIGIL_EVENT_FIRST_MAX_MS ?? 'default',
     ...agg,
     per_run: results.map((r) => ({ figures: r.figures, notes: r.notes })),
   };
@@ -836,8 +846,8 @@ async function main(): Promise<void> {
   // Some phases only: their keys replace those in the file, the others stay (with when each was measured).
   const file = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
   if (PARTIAL) Object.assign(result, mergeCompare(file, result, keys));
-  writeFileSync(path.join(ROOT, 'bench/results/compare.json'), JSON.stringify(result, null, 2) + '\n');
-  writeDocs(markdown(result, keys, agg, results));
+  writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
+  if (process.env.BENCH_COMPARE_OUT === undefined) writeDocs(markdown(result, keys, agg, results));
   if (PARTIAL && process.env.BENCH_COMPARE_OUT === undefined) render();
   console.log(JSON.stringify(agg, null, 2));
 }
