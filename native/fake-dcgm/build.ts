@@ -7,20 +7,26 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { compilerFor } from '../compiler.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const SOURCE = join(HERE, 'fake_dcgm.c');
 const CACHE = resolve(HERE, '../../.cache/fake-dcgm');
 
-/** Compiles fake_dcgm.c once per source (cached under .cache/fake-dcgm) and returns the library path. */
+/**
+ * Compiles fake_dcgm.c for this Node's architecture (gcc, or aarch64-linux-gnu-gcc for an arm64 Node
+ * under qemu: ../compiler.ts) once per architecture and source (cached under .cache/fake-dcgm/ARCH-HASH)
+ * and returns the library path.
+ */
 export function buildFakeDcgm(): string {
   const src = readFileSync(SOURCE);
-  const out = join(CACHE, createHash('sha256').update(src).digest('hex').slice(0, 16), 'libdcgm.so.4');
+  const { cc, arch } = compilerFor();
+  const out = join(CACHE, `${arch}-${createHash('sha256').update(src).digest('hex').slice(0, 16)}`, 'libdcgm.so.4');
   if (existsSync(out)) return out;
   mkdirSync(dirname(out), { recursive: true });
   // A private name, then rename: parallel test files may build at once.
   const tmp = `${out}.${process.pid}.tmp`;
-  execFileSync('gcc', ['-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-pthread', '-o', tmp, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
+  execFileSync(cc, ['-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-pthread', '-o', tmp, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
   renameSync(tmp, out);
   return out;
 }

@@ -7,26 +7,29 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, existsSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { compilerFor } from '../compiler.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const SOURCE = join(HERE, 'fake_nvml.c');
 const CACHE = resolve(HERE, '../../.cache/fake-nvml');
 
 /**
- * Compiles fake_nvml.c with gcc (once per source and flag set; cached under .cache/fake-nvml) and
- * returns the path of the library. `omit` lists NVML symbols to leave out, as on an older driver.
+ * Compiles fake_nvml.c for this Node's architecture (gcc, or aarch64-linux-gnu-gcc for an arm64 Node
+ * under qemu: ../compiler.ts; once per architecture, source and flag set; cached under
+ * .cache/fake-nvml/ARCH-HASH) and returns the path of the library. `omit` lists NVML symbols to leave out, as on an older driver.
  */
 export function buildFakeNvml(opts: { omit?: readonly string[] } = {}): string {
   const omit = [...(opts.omit ?? [])].sort();
   for (const s of omit) if (!/^nvml\w+$/.test(s)) throw new Error(`not an NVML symbol: ${s}`);
   const src = readFileSync(SOURCE);
-  const key = createHash('sha256').update(src).update(omit.join(',')).digest('hex').slice(0, 16);
+  const { cc, arch } = compilerFor();
+  const key = `${arch}-${createHash('sha256').update(src).update(omit.join(',')).digest('hex').slice(0, 16)}`;
   const out = join(CACHE, key, 'libnvidia-ml.so.1');
   if (existsSync(out)) return out;
   mkdirSync(dirname(out), { recursive: true });
   // Compile to a private name and rename: parallel test files may build the same variant.
   const tmp = `${out}.${process.pid}.tmp`;
-  execFileSync('gcc', ['-shared', '-fPIC', '-O2', '-Wall', '-pthread', ...omit.map((s) => `-DOMIT_${s}`), '-o', tmp, SOURCE], {
+  execFileSync(cc, ['-shared', '-fPIC', '-O2', '-Wall', '-pthread', ...omit.map((s) => `-DOMIT_${s}`), '-o', tmp, SOURCE], {
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   renameSync(tmp, out);
