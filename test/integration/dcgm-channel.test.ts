@@ -10,10 +10,10 @@ import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
 import { runGpuCommand, type GpuCommandReport } from '../../src/cli/gpu-command.ts';
 import { nvmlThreadsLeft } from '../../src/sources/nvml/client.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
-import { RecordingSink, fakeMonitor } from './nvml-helpers.ts';
+import { RecordingSink, fakeMonitor, slow } from './nvml-helpers.ts';
 
 async function until(what: string, pred: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
+  const end = Date.now() + slow(timeoutMs);
   while (!pred()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
@@ -163,7 +163,7 @@ test('vigil gpu says which push channel is in use, for people and in --json', as
       library: env.libraryPath,
       sysRoot: env.sysRoot,
       write: (s) => (out += s),
-      config: { watchdog: 2_000, ...dcgmConfig(env, source, dcgm) },
+      config: { watchdog: slow(2_000), ...dcgmConfig(env, source, dcgm) },
     });
     return out;
   };

@@ -3,14 +3,14 @@
  */
 import { strict as assert } from 'node:assert';
 import { after, test } from 'node:test';
-import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
+import { FakeNvmlEnv, RecordingSink, fakeMonitor, slow } from './nvml-helpers.ts';
 import type { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
 
 const envs: FakeNvmlEnv[] = [];
 after(() => envs.forEach((e) => e.cleanup()));
 
 async function until(what: string, pred: () => boolean, timeoutMs = 3_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
+  const end = Date.now() + slow(timeoutMs);
   while (!pred()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
@@ -153,7 +153,7 @@ test('clock events are not subscribed even where the GPU supports them (a busy H
 test('retirement events poll early at most once per eventPollMinInterval, and that poll reads the GPU', async () => {
   const env = new FakeNvmlEnv(1);
   envs.push(env);
-  const { monitor, registry } = fakeMonitor(env, { eventPollMinInterval: 1_000, thresholds: { clockEventPolls: 1 } });
+  const { monitor, registry } = fakeMonitor(env, { eventPollMinInterval: slow(1_000), thresholds: { clockEventPolls: 1 } });
   const sink = new RecordingSink();
   const polls = async () => Number(/vigil_gpu_poll_duration_seconds_count (\d+)/.exec(await registry.metrics())?.[1] ?? NaN);
   try {
@@ -169,10 +169,10 @@ test('retirement events poll early at most once per eventPollMinInterval, and th
       env.event({ gpu: 0, type: 0x400 });
       await new Promise((r) => setTimeout(r, 10));
     }
-    // The trailing poll runs 1 s after the first; give it half a second to finish.
-    await new Promise((r) => setTimeout(r, firstPollAt + 1_500 - Date.now()));
+    // The trailing poll runs 1 s after the first; give it half a second to finish (both times VIGIL_TEST_SLOWDOWN).
+    await new Promise((r) => setTimeout(r, firstPollAt + slow(1_500) - Date.now()));
     assert.equal(await polls(), afterStart + 2);
-    await new Promise((r) => setTimeout(r, 1_200));
+    await new Promise((r) => setTimeout(r, slow(1_200)));
     assert.equal(await polls(), afterStart + 2, 'no poll without a new event');
   } finally {
     await monitor.stop();

@@ -18,6 +18,16 @@ import {
   type FakeNvmlConfig,
 } from '../../native/fake-nvml/build.ts';
 
+/**
+ * VIGIL_TEST_SLOWDOWN (a number, default 1): how much slower than native these tests run. Under
+ * qemu's user mode (scripts/test-arm64.sh) worker threads take seconds to start, so the waits below
+ * (RecordingSink.waitFor, the files' `until` loops) and the fake monitor's default watchdog are
+ * stretched by this factor. What the tests assert is unchanged.
+ */
+export const SLOWDOWN = Math.max(1, Number(process.env.VIGIL_TEST_SLOWDOWN) || 1);
+/** ms stretched by VIGIL_TEST_SLOWDOWN. */
+export const slow = (ms: number): number => Math.round(ms * SLOWDOWN);
+
 /** A temp dir holding the fake's JSON script and a fake sysfs; sets FAKE_NVML_CONFIG. */
 export class FakeNvmlEnv {
   readonly dir = mkdtempSync(join(tmpdir(), 'vigil-nvml-'));
@@ -115,8 +125,9 @@ export class RecordingSink implements FindingSink {
     this.healthySignals = [];
   }
 
-  /** Resolves with the first finding matching pred (past or future); rejects after timeoutMs. */
+  /** Resolves with the first finding matching pred (past or future); rejects after timeoutMs (times VIGIL_TEST_SLOWDOWN). */
   async waitFor(pred: (f: Finding) => boolean, timeoutMs = 3_000): Promise<Finding & { receivedAt: number }> {
+    timeoutMs = slow(timeoutMs);
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const hit = this.findings.find(pred);
@@ -149,7 +160,7 @@ export function fakeMonitor(
   const registry = new Registry();
   const logs: { obj: Record<string, unknown>; msg: string }[] = [];
   const monitor = new GpuMonitor({
-    config: { libraryPath: env.libraryPath, watchdog: 2_000, eventWait: 100, ...config },
+    config: { libraryPath: env.libraryPath, watchdog: slow(2_000), eventWait: 100, ...config },
     registry,
     sysRoot: env.sysRoot,
     ownTimer: false,
