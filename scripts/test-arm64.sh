@@ -11,7 +11,8 @@
 #   test runner's per-file child processes (process.execPath, the arm64 Node) run under qemu too;
 # - the same runner flags as scripts/test.sh, one file at a time (emulation is slow enough);
 #   VIGIL_TEST_SLOWDOWN (default 8 here) stretches the waits in test/integration/nvml-helpers.ts
-#   and the files' own `until` loops, never what they assert.
+#   and the files' own `until` loops, and nvml-events' 100 ms Xid latency bound; never which findings
+#   they expect.
 #
 # Needs root (binfmt_misc), qemu-user-static, gcc-aarch64-linux-gnu, libc6-arm64-cross (the arm64
 # loader and libc under QEMU_LD_PREFIX). Arguments naming test files replace the list below; the

@@ -31,7 +31,8 @@ test('an Xid 48 on GPU 2 reaches the sink within 100 ms, attributed like the ker
     const sentAt = env.event({ gpu: 2, type: 8, data: 48 });
     const f = await sink.waitFor((x) => x.reason === 'NvidiaXID48Error', 1_000);
     const latency = f.receivedAt - sentAt;
-    assert.ok(latency < 100, `Xid delivered after ${latency} ms`);
+    // 100 ms natively; under emulation (VIGIL_TEST_SLOWDOWN, scripts/test-arm64.sh) the bound stretches like every wait here.
+    assert.ok(latency < slow(100), `Xid delivered after ${latency} ms`);
     assert.equal(f.entity, 'gpu:0000:38:00');
     assert.equal(f.source, 'nvml');
     assert.deepEqual(f.attrs, { index: 2, uuid: 'GPU-00000002-aaaa-bbbb-cccc-000000000002', pci: '0000:38:00', xid: 48 });
