@@ -90,17 +90,21 @@ function naming(creates: Create[], entity: string): Create[] {
   return creates.filter((c) => re.test(c.note));
 }
 
-test('a burst of 100 distinct Fatals: 30 Events of their own, the other 70 named in summary Events, none dropped', async () => {
+test('a burst of 100 distinct Fatals within one second: 30 Events of their own, the other 70 named in summary Events, none dropped', async () => {
   const { rec, creates, metric } = recorder();
   const entities = Array.from({ length: 100 }, (_, i) => gpu(i + 1));
-  for (const e of entities) rec.handle(fatal(e));
+  for (const e of entities) {
+    rec.handle(fatal(e));
+    await advance(10);
+  }
   // A summary gathers for 200 ms before it is queued (one that fills up goes at once).
-  await advance(250);
+  await step(250);
   for (const e of entities) assert.equal(naming(creates, e).length, 1, `${e} named in exactly one Event`);
   const own = creates.filter((c) => /^gpu:\S+: GPU has fallen off the bus$/.test(c.note));
   assert.equal(own.length, 30, 'the budget: 30 a minute');
-  const summaries = creates.filter((c) => c.note.includes('more entities'));
-  assert.equal(summaries.length, 2, `70 entities in as few notes as fit: ${summaries.map((s) => s.note.length).join(', ')}`);
+  const summaries = creates.filter((c) => / more entit(y|ies) \(/.test(c.note));
+  // Each gathers 200 ms: 70 entities arriving over 700 ms take about 4.
+  assert.ok(summaries.length >= 3 && summaries.length <= 5, `${summaries.length} summaries`);
   for (const s of summaries) {
     assert.equal(s.reason, 'NvidiaXID79Error');
     assert.ok(s.note.length <= 1024, `bounded note: ${s.note.length}`);
@@ -173,14 +177,15 @@ test('entities still waiting for a summary token when the agent stops are sent i
   for (const e of entities) assert.equal(naming(creates, e).length, 1, `${e} named once`);
 });
 
-test('1,000 distinct Fatals at once: every one named in 30 own Events and summaries of about 50 each', async () => {
+test('1,000 distinct Fatals at once: a backlog of 8 creates, every other one named in summaries of about 50 each', async () => {
   const { rec, creates } = recorder();
   const entities = Array.from({ length: 1000 }, (_, i) => gpu(i + 1));
   for (const e of entities) rec.handle(fatal(e));
   await advance(250);
   const summaries = creates.filter((c) => / more entit(y|ies) \(/.test(c.note));
-  assert.equal(creates.length - summaries.length, 30);
-  // 970 entities of 16 characters: ~50 a note, within the summary bucket's 30.
+  // Arriving faster than any write: own Events until 8 creates are queued, then summaries.
+  assert.equal(creates.length - summaries.length, 8);
+  // 992 entities of 16 characters: ~50 a note, within the summary bucket's 30.
   assert.ok(summaries.length >= 19 && summaries.length <= 21, `${summaries.length} summaries`);
   for (const e of entities) assert.equal(naming(creates, e).length, 1, `${e} named once`);
   await rec.stop();

@@ -94,6 +94,9 @@ interface Summary {
  */
 const SUMMARY_GATHER_MS = 200;
 
+/** Event creates queued at which a new failing entity joins a summary instead of queueing its own. */
+const CREATE_BACKLOG = 8;
+
 /** What a Fatal finding's create needs when its bucket is spent: it joins a summary instead. */
 interface Overflow {
   entity: string;
@@ -221,7 +224,10 @@ export class EventRecorder {
     // series of the same key takes its place.
     if (existing && !existing.failed && !existing.summarized && existing.count > existing.written)
       this.enqueue({ kind: 'series', series: existing });
-    if (!this.take(bucket.key, bucket.perMinute, at)) {
+    // A Fatal finding behind a backlog of Event creates would be told late by one of its own: it is
+    // named in a summary with the others instead (one write for many), as over the budget.
+    const backlog = bucket.overflow !== undefined && this.queue.filter((op) => op.kind === 'create').length >= CREATE_BACKLOG;
+    if (backlog || !this.take(bucket.key, bucket.perMinute, at)) {
       if (bucket.overflow) {
         // Its repeats fold into a series of its own that is counted, never written.
         this.series.set(key, { ...this.newSeries(key, at), name: '', summarized: true });
