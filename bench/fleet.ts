@@ -281,6 +281,8 @@ function npdWritesPerNodeHour(): { value: number; basis: string } {
   if (existsSync(file)) {
     const c = JSON.parse(readFileSync(file, 'utf8')) as {
       api_writes_per_node_hour?: { npd?: number };
+      /** A partial bench:compare run's per-key stamp; a key without one was measured with the file (kine before etcd). */
+      key_measured?: Record<string, { at: string; backend: string }>;
       backend?: string;
       measured_at?: string;
     };
@@ -288,7 +290,7 @@ function npdWritesPerNodeHour(): { value: number; basis: string } {
     if (typeof v === 'number' && v > 0) {
       return {
         value: v,
-        basis: `NPD's api_writes_per_node_hour measured by bench:compare (${c.backend ?? 'kine'}, ${c.measured_at ?? '?'}) x fleet_nodes`,
+        basis: `NPD's api_writes_per_node_hour measured by bench:compare (${c.key_measured?.api_writes_per_node_hour?.backend ?? 'kine'}, ${c.key_measured?.api_writes_per_node_hour?.at ?? c.measured_at ?? '?'}) x fleet_nodes`,
       };
     }
   }
