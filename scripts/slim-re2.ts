@@ -1,4 +1,4 @@
-// Image build (Dockerfile), in the production node_modules (/prod; `npx tsx scripts/slim-re2.ts` there): leaves of npm re2 only what Node loads
+// Image build (Dockerfile), run in /prod, the production node_modules: leaves of npm re2 only what Node loads
 // (package.json, re2.js, the built build/Release/re2.node) and removes what only its build needed:
 // its C++ sources and the packages it pulls in only to build (node-gyp, nan and theirs, which the
 // lockfile marks optional, or devOptional, because nothing else in production needs them).

@@ -350,10 +350,18 @@ test('GSP calls failing with NV_ERR_RESET_REQUIRED raise NvidiaGPUResetRequired;
     got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x65'),
     ['NvidiaGSPTimeout@'],
   );
-  assert.deepEqual(got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x56'), []);
-  assert.deepEqual(got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x651'), []);
+  assert.deepEqual(
+    got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x56'),
+    [],
+  );
+  assert.deepEqual(
+    got('NVRM: subdeviceCtrlCmdMcServiceInterrupts_IMPL: NVRM_RPC: NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS failed with error 0x651'),
+    [],
+  );
   // The driver's note once RPC timeouts pass its reset threshold: one problem for the node, the GPU in attrs.
-  const rate = one('NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:0a:00 (printing 1 of every 30).  The GPU likely needs to be reset.');
+  const rate = one(
+    'NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:0a:00 (printing 1 of every 30).  The GPU likely needs to be reset.',
+  );
   assert.deepEqual(
     rate.map((f) => [f.reason, f.entity, f.attrs?.pci]),
     [['NvidiaGSPTimeout', '', '0000:0a:00']],
