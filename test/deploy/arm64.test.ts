@@ -212,6 +212,8 @@ test(
       { skip: existsSync(crane) && existsSync(HELM) ? false : 'crane or helm not built (test/cluster/build-node.sh, build.sh)' },
       async () => {
         const port = 20000 + Math.floor(Math.random() * 20000);
+        // crane keeps blobs under --disk, which must exist (every upload gets a 500 otherwise).
+        mkdirSync(path.join(work, 'registry'), { recursive: true });
         const registry = spawn(crane, ['registry', 'serve', '--address', `127.0.0.1:${port}`, '--disk', path.join(work, 'registry')], {
           stdio: 'ignore',
         });
