@@ -83,6 +83,7 @@ import { ApiObserver, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
 import { throughputPass } from './throughput.ts';
+import { ringLock } from './ring-lock.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
@@ -335,22 +336,6 @@ async function distinctPhase(c: Ctx): Promise<Record<Agent, { visible: number; l
     await pair.stop();
   }
   return out;
-}
-
-/** Holds /tmp/vigil-ring.lock (flock) until release() is called. */
-async function ringLock(): Promise<{ release(): Promise<void> }> {
-  const child = spawn('flock', ['-x', '/tmp/vigil-ring.lock', '-c', 'echo locked; cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout.once('data', () => resolve());
-    child.once('exit', (code) => reject(new Error(`flock exited with ${code}`)));
-  });
-  return {
-    async release() {
-      const done = new Promise((r) => child.once('exit', r));
-      child.stdin.end();
-      await done;
-    },
-  };
 }
 
 interface StormResult {

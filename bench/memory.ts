@@ -44,7 +44,7 @@ import { fileURLToPath } from 'node:url';
 import { buildFakeNvml, fakeGpus, writeFakeConfig } from '../native/fake-nvml/build.ts';
 import { makeSysfs } from '../test/integration/nvml-helpers.ts';
 import { rssMiB } from './idle.ts';
-import { ringLock } from './storm-onset.ts';
+import { ringLock } from './ring-lock.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SETTLE_S = Number(process.env.BENCH_MEMORY_SETTLE_SECONDS ?? 20);

@@ -27,6 +27,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startAgent, uniquePci } from '../test/helpers/agent-process.ts';
+import { ringLock } from './ring-lock.ts';
 
 const RUNS = Number(process.env.BENCH_STORM_ONSET_RUNS ?? 20);
 const RECORDS = Number(process.env.BENCH_STORM_ONSET_RECORDS ?? 100_000);
@@ -82,22 +83,6 @@ function runWriter(args: (string | number)[]): Promise<WriterResult> {
       code === 0 ? resolve(JSON.parse(out) as WriterResult) : reject(new Error(`storm writer exited ${code}: ${err}`)),
     ),
   );
-}
-
-/** Holds /tmp/vigil-ring.lock (flock) until release(), as bench:compare's storm does. */
-export async function ringLock(): Promise<{ release(): Promise<void> }> {
-  const child = spawn('flock', ['-x', '/tmp/vigil-ring.lock', '-c', 'echo locked; cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout.once('data', () => resolve());
-    child.once('exit', (code) => reject(new Error(`flock exited with ${code}`)));
-  });
-  return {
-    async release() {
-      const done = new Promise((r) => child.once('exit', r));
-      child.stdin.end();
-      await done;
-    },
-  };
 }
 
 /** The sum of a Prometheus counter's samples in a /metrics text. */

@@ -40,6 +40,7 @@ import { cpuSeconds } from './idle.ts';
 import { buildKmsgCorpus } from './kmsg.ts';
 import { buildNpd, NPD_VERSION, startNpd, writeNpdSingleFileConfig } from './peers/npd.ts';
 import { metricSum } from './peers/vigil.ts';
+import { ringLock } from './ring-lock.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
@@ -131,22 +132,6 @@ async function timeNpdFile(c: ThroughputCtx, file: string, marker: string): Prom
   } finally {
     await npd.stop();
   }
-}
-
-/** Holds /tmp/vigil-ring.lock (flock) until release(), as the storm benches do. */
-async function ringLock(): Promise<{ release(): Promise<void> }> {
-  const child = spawn('flock', ['-x', '/tmp/vigil-ring.lock', '-c', 'echo locked; cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout.once('data', () => resolve());
-    child.once('exit', (code) => reject(new Error(`flock exited with ${code}`)));
-  });
-  return {
-    async release() {
-      const done = new Promise((r) => child.once('exit', r));
-      child.stdin.end();
-      await done;
-    },
-  };
 }
 
 // The live writer: `count` records at `rate`/s, paced in 2 ms slices, through one open /dev/kmsg
