@@ -6,43 +6,19 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KmsgReader, type KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
+import { FakeKmsg } from '../helpers/fake-kmsg.ts';
 
-class LongLineKmsg implements KmsgIo {
-  ring: string[] = [];
-  first = 0;
-  private pos = 0;
-  add(n: number, chars: number): void {
-    for (let i = 0; i < n; i++) {
-      const seq = this.first + this.ring.length;
-      this.ring.push(`6,${seq},${1000 + seq},-;storm line ${seq} ${'x'.repeat(chars)}\n`);
-    }
+/** The fake device with n records of `chars` characters each at a time. */
+class LongLineKmsg extends FakeKmsg {
+  addLines(n: number, chars: number): void {
+    for (let i = 0; i < n; i++) this.add(`storm line ${this.next} ${'x'.repeat(chars)}`);
   }
-  /** The kernel overwrote the oldest n records. */
-  overwrite(n: number): void {
-    this.ring.splice(0, n);
-    this.first += n;
-  }
-  open(): number {
-    this.pos = this.first;
-    return 7;
-  }
-  read(_fd: number, buf: Buffer): number {
-    if (this.pos < this.first) {
-      this.pos = this.first;
-      throw Object.assign(new Error('EPIPE'), { code: 'EPIPE' });
-    }
-    const text = this.ring[this.pos - this.first];
-    if (text === undefined) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-    this.pos++;
-    return buf.write(text);
-  }
-  close(): void {}
 }
 
 test('a storm of 8 KiB lines is read ahead at most about 4 MiB at a time, and every line is still delivered', async () => {
   const dev = new LongLineKmsg();
-  dev.add(2000, 8000);
+  dev.addLines(2000, 8000);
   let delivered = 0;
   let peak = 0;
   const r = new KmsgReader({
@@ -70,7 +46,7 @@ test('a storm of 8 KiB lines is read ahead at most about 4 MiB at a time, and ev
 
 test('records the kernel overwrites while the reader waits at its bound are counted as lost', async () => {
   const dev = new LongLineKmsg();
-  dev.add(1000, 8000);
+  dev.addLines(1000, 8000);
   const lost: number[] = [];
   let delivered = 0;
   const r = new KmsgReader({
@@ -89,7 +65,7 @@ test('records the kernel overwrites while the reader waits at its bound are coun
   assert.ok(readAhead < 1000, 'paused at the bound');
   // The ring moves on past what the reader had not read yet.
   dev.overwrite(600);
-  dev.add(100, 10);
+  dev.addLines(100, 10);
   while (delivered + lost.reduce((a, n) => a + n, 0) < 1100) await new Promise((res) => setTimeout(res, 5));
   await r.stop();
   assert.equal(

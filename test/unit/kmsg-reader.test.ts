@@ -6,45 +6,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { KmsgReader, type KmsgIo, type KmsgReaderOptions } from '../../src/sources/kmsg/reader.ts';
+import { FakeKmsg } from '../helpers/fake-kmsg.ts';
 import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
 
 /** A ring of records that behaves like /dev/kmsg for one reader: EAGAIN at the end, EPIPE on overrun. */
-class FakeKmsg implements KmsgIo {
-  private ring: { seq: number; text: string }[] = [];
-  private nextSeq = 0;
-  private pos = 0;
-  reads = 0;
-
-  add(message: string, tsUsec: number, prio = 6): number {
-    const seq = this.nextSeq++;
-    this.ring.push({ seq, text: `${prio},${seq},${tsUsec},-;${message}\n` });
-    return seq;
-  }
-  addRaw(text: string): void {
-    this.ring.push({ seq: this.nextSeq++, text });
-  }
-  /** The kernel overwrote the oldest n records. */
-  overwrite(n: number): void {
-    this.ring.splice(0, n);
-  }
-  open(): number {
-    this.pos = this.ring[0]?.seq ?? this.nextSeq;
-    return 42;
-  }
-  read(_fd: number, buf: Buffer): number {
-    this.reads++;
-    const first = this.ring[0]?.seq ?? this.nextSeq;
-    if (this.pos < first) {
-      this.pos = first;
-      throw Object.assign(new Error('EPIPE'), { code: 'EPIPE' });
-    }
-    const rec = this.ring.find((r) => r.seq >= this.pos);
-    if (!rec) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-    this.pos = rec.seq + 1;
-    return buf.write(rec.text);
-  }
-  close(): void {}
-}
 
 const BOOT = 'b00t-1';
 const UPTIME_MS = 3_600_000; // the node has been up an hour

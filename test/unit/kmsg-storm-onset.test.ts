@@ -8,48 +8,15 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KmsgReader, type KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
+import { FakeKmsg } from '../helpers/fake-kmsg.ts';
 import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
-
-/** A ring of `capacity` records: writing past it overwrites the oldest (the reader then gets EPIPE). */
-class BoundedRing implements KmsgIo {
-  private ring: string[] = [];
-  private first = 0;
-  private pos = 0;
-  constructor(private readonly capacity: number) {}
-  get next(): number {
-    return this.first + this.ring.length;
-  }
-  write(message: string): void {
-    const seq = this.next;
-    this.ring.push(`6,${seq},${1000 + seq},-;${message}\n`);
-    if (this.ring.length > this.capacity) {
-      this.ring.shift();
-      this.first++;
-    }
-  }
-  open(): number {
-    this.pos = this.next;
-    return 7;
-  }
-  read(_fd: number, buf: Buffer): number {
-    if (this.pos < this.first) {
-      this.pos = this.first;
-      throw Object.assign(new Error('EPIPE'), { code: 'EPIPE' });
-    }
-    const text = this.ring[this.pos - this.first];
-    if (text === undefined) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-    this.pos++;
-    return buf.write(text);
-  }
-  close(): void {}
-}
 
 const XID = (i: number) => `NVRM: Xid (PCI:0000:${(0x10 + i).toString(16)}:00): 79, pid=1, name=x, GPU has fallen off the bus.`;
 
 /** 30,000 noise records, 200 per delivered batch (about three times the delivery rate), faults at `faultsAt`. */
 async function storm(keep: RegExp[] | undefined, faultsAt: number[]) {
-  const dev = new BoundedRing(4096);
+  const dev = new FakeKmsg({ capacity: 4096, openAt: 'end' });
   const TOTAL = 30_000;
   const delivered: KmsgRecord[] = [];
   let written = 0;
@@ -68,13 +35,13 @@ async function storm(keep: RegExp[] | undefined, faultsAt: number[]) {
       delivered.push(...recs);
       for (let i = 0; i < 200 && written < TOTAL; i++, written++) {
         const f = faultsAt.indexOf(written);
-        dev.write(f >= 0 ? XID(f) : `IPv6: ADDRCONF(NETDEV_CHANGE): veth${written}: link becomes ready`);
+        dev.add(f >= 0 ? XID(f) : `IPv6: ADDRCONF(NETDEV_CHANGE): veth${written}: link becomes ready`);
       }
     },
   });
   r.start();
   // The storm starts with one record; every delivery writes more.
-  dev.write('cni0: port 1(veth1) entered forwarding state');
+  dev.add('cni0: port 1(veth1) entered forwarding state');
   const check = setInterval(() => {
     if (written >= TOTAL && r.recordsRead + r.recordsLost >= TOTAL + 1 && r.readAheadBytes === 0) done();
   }, 2);
