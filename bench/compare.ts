@@ -84,6 +84,7 @@ import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, ty
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
 import { throughputPass } from './throughput.ts';
 import { ringLock } from './ring-lock.ts';
+import { writeDocsSection } from './docs-section.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
@@ -771,20 +772,6 @@ function markdown(
   ].join('\n');
 }
 
-const COMPARE_START = '<!-- bench:compare start -->';
-const COMPARE_END = '<!-- bench:compare end -->';
-
-function writeDocs(section: string): void {
-  const file = path.join(ROOT, 'docs/benchmarks.md');
-  const block = `${COMPARE_START}\n${section}${COMPARE_END}\n`;
-  let text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n';
-  const a = text.indexOf(COMPARE_START);
-  const b = text.indexOf(COMPARE_END);
-  // Replace only this bench's block: other sections of the file (the fleet's) stay as they are.
-  text = a >= 0 && b > a ? text.slice(0, a) + block + text.slice(b + COMPARE_END.length + 1) : `${text.trimEnd()}\n\n${block}`;
-  writeFileSync(file, text);
-}
-
 /** `--render`: rewrites docs/benchmarks.md from bench/results/compare.json without measuring. */
 function render(): void {
   const result = JSON.parse(readFileSync(path.join(ROOT, 'bench/results/compare.json'), 'utf8')) as Record<string, unknown> & {
@@ -792,7 +779,7 @@ function render(): void {
   };
   const keys = [...new Set(result.per_run.flatMap((r) => Object.keys(r.figures)))];
   const agg = Object.fromEntries(keys.map((k) => [k, result[k] as { vigil: number | null; npd: number | null; ratio: number | null }]));
-  writeDocs(markdown(result, keys, agg, result.per_run));
+  writeDocsSection('compare', markdown(result, keys, agg, result.per_run));
 }
 
 async function main(): Promise<void> {
@@ -832,7 +819,7 @@ async function main(): Promise<void> {
   const file = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
   if (PARTIAL) Object.assign(result, mergeCompare(file, result, keys));
   writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
-  if (process.env.BENCH_COMPARE_OUT === undefined) writeDocs(markdown(result, keys, agg, results));
+  if (process.env.BENCH_COMPARE_OUT === undefined) writeDocsSection('compare', markdown(result, keys, agg, results));
   if (PARTIAL && process.env.BENCH_COMPARE_OUT === undefined) render();
   console.log(JSON.stringify(agg, null, 2));
 }

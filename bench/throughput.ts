@@ -41,6 +41,7 @@ import { buildKmsgCorpus } from './kmsg.ts';
 import { buildNpd, NPD_VERSION, startNpd, writeNpdSingleFileConfig } from './peers/npd.ts';
 import { metricSum } from './peers/vigil.ts';
 import { ringLock } from './ring-lock.ts';
+import { writeDocsSection } from './docs-section.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
@@ -393,25 +394,12 @@ function markdown(result: Record<string, unknown>, perRun: { figures: Record<str
   ].join('\n');
 }
 
-const START = '<!-- bench:throughput start -->';
-const END = '<!-- bench:throughput end -->';
-
-function writeDocs(section: string): void {
-  const file = path.join(ROOT, 'docs/benchmarks.md');
-  const block = `${START}\n${section}${END}\n`;
-  let text = readFileSync(file, 'utf8');
-  const a = text.indexOf(START);
-  const b = text.indexOf(END);
-  text = a >= 0 && b > a ? text.slice(0, a) + block + text.slice(b + END.length + 1) : `${text.trimEnd()}\n\n${block}`;
-  writeFileSync(file, text);
-}
-
 async function main(): Promise<void> {
   if (process.argv.includes('--render')) {
     // Rewrites this bench's docs section from compare.json alone.
     const r = JSON.parse(readFileSync(path.join(ROOT, 'bench/results/compare.json'), 'utf8')) as Record<string, unknown>;
     const tp = r.throughput_pass as Record<string, unknown> & { per_run: Parameters<typeof markdown>[1] };
-    writeDocs(markdown({ ...r, ...tp }, tp.per_run));
+    writeDocsSection('throughput', markdown({ ...r, ...tp }, tp.per_run));
     return;
   }
   const i = process.argv.indexOf('--runs');
@@ -492,7 +480,7 @@ async function main(): Promise<void> {
   };
   mkdirSync(path.dirname(out), { recursive: true });
   writeFileSync(out, JSON.stringify(result, null, 2) + '\n');
-  writeDocs(markdown({ ...result, ...(result.throughput_pass as Record<string, unknown>) }, perRun));
+  writeDocsSection('throughput', markdown({ ...result, ...(result.throughput_pass as Record<string, unknown>) }, perRun));
   console.log(JSON.stringify({ ...Object.fromEntries(KEYS.map((k) => [k, result[k]])), ratios }, null, 2));
 }
 
