@@ -37,7 +37,7 @@ export interface GpuCommandReport extends GpuSnapshot {
 function exitCodeOf(snap: GpuSnapshot): number {
   if (snap.state === 'off') return 3;
   if (snap.nvmlUsable === false) return 2;
-  if (snap.checks.some((c) => c.status === 'fail' && (c.reason === 'NvidiaDriverNotLoaded' || c.reason === 'NvidiaNVMLTimeout'))) return 2;
+  if (snap.checks.some((c) => c.status === 'fail' && c.reason === 'NvidiaNVMLTimeout')) return 2;
   if (snap.checks.some((c) => c.status === 'fail')) return 1;
   return 0;
 }

@@ -643,27 +643,6 @@ export function checkDeviceCount(nvmlCount: number, expected: number, from: stri
   };
 }
 
-/** NVIDIA GPUs are on the PCI bus but NVML cannot be used. */
-export function driverNotLoaded(detail: string, pciCount: number, libraryPath: string, now: number): CheckResult {
-  const message = `${pciCount} NVIDIA GPU${pciCount === 1 ? ' is' : 's are'} on the PCI bus but NVML is unusable: ${detail}. Check that the NVIDIA kernel driver is loaded (lsmod | grep nvidia) and that ${libraryPath} is installed and visible to Vigil`;
-  return {
-    check: 'driver',
-    gpu: null,
-    entity: '',
-    reason: 'NvidiaDriverNotLoaded',
-    status: 'fail',
-    message,
-    finding: {
-      reason: 'NvidiaDriverNotLoaded',
-      message,
-      source: 'nvml',
-      entity: '',
-      at: now,
-      attrs: { pciGpus: pciCount, library: libraryPath },
-    },
-  };
-}
-
 export function driverLoaded(driverVersion: string | null, libraryPath: string): CheckResult {
   return {
     check: 'driver',

@@ -4,8 +4,7 @@
  * and call decideXid(), so the same fault gets the same reason, severity and entity whichever way
  * it arrived. Operators override the fatal list with `xid.fatal` and mute Xids with `xid.ignore`.
  */
-import { Counter, type Registry } from 'prom-client';
-import type { Entity, Finding, FindingSink, Monitor } from '../../api/types.ts';
+import type { Entity, Finding } from '../../api/types.ts';
 import { entityOf } from '../gpu/inventory.ts';
 
 /** The default of `xid.fatal`, defined with the config schema (which imports nothing from monitors). */
@@ -143,27 +142,4 @@ export function decideXid(e: XidEvidence, cfg: XidPolicyConfig): XidDecision {
 /** Whether a finding is an Xid the operator chose not to hear about. */
 export function isIgnoredXid(f: Finding, ignore: ReadonlySet<number>): boolean {
   return ignore.size > 0 && typeof f.attrs?.xid === 'number' && ignore.has(f.attrs.xid) && /^NvidiaXID\d+(Warning|Error)$/.test(f.reason);
-}
-
-/** Wraps a monitor so ignored Xids never reach the engine; each one is counted, not silently lost. */
-export function withIgnoredXids(monitor: Monitor, ignore: readonly number[], registry: Registry): Monitor {
-  if (ignore.length === 0) return monitor;
-  const set = new Set(ignore);
-  return {
-    name: monitor.name,
-    start: (out: FindingSink) => {
-      // Looked up at start: the engine registers this counter after the monitors are built.
-      const name = 'vigil_findings_suppressed_total';
-      const counter =
-        (registry.getSingleMetric(name) as Counter<'why'> | undefined) ??
-        new Counter({ name, help: 'Findings counted but not re-emitted.', labelNames: ['why'], registers: [registry] });
-      return monitor.start({
-        finding: (f) => (isIgnoredXid(f, set) ? counter.inc({ why: 'ignored_xid' }) : out.finding(f)),
-        healthy: (h) => out.healthy(h),
-        source: (r) => out.source(r),
-      });
-    },
-    stop: () => monitor.stop(),
-    ...(monitor.status ? { status: () => monitor.status!() } : {}),
-  };
 }
