@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { KmsgReader, type KmsgIo, type KmsgReaderOptions } from '../../src/sources/kmsg/reader.ts';
 import { FakeKmsg } from '../helpers/fake-kmsg.ts';
+import { useMockClock } from '../helpers/mock-clock.ts';
 import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
 
 /** A ring of records that behaves like /dev/kmsg for one reader: EAGAIN at the end, EPIPE on overrun. */
@@ -39,7 +40,14 @@ function reader(dev: FakeKmsg, extra: Partial<KmsgReaderOptions> = {}) {
 }
 
 const minutesAgoUs = (m: number) => (UPTIME_MS - m * 60_000) * 1000;
-const tick = (ms = 30) => new Promise((res) => setTimeout(res, ms));
+// Mocked setTimeout/setInterval (the reader's interval waiter and its back-off): a test moves time
+// itself instead of sleeping, so a loaded machine cannot make a tick too short.
+const { advance } = useMockClock();
+/** Moves the mocked timers `ms` ahead, then lets the drains they started (setImmediate chains) finish. */
+async function tick(ms = 30): Promise<void> {
+  await advance(ms);
+  for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+}
 
 test('no cursor: only records within the lookback (default 5 min) are delivered', async () => {
   const dev = new FakeKmsg();
@@ -230,7 +238,7 @@ test('with lookback 0, a record written while a large ring is still being draine
   r.start();
   // The first batch has been read; the rest of the ring is still pending when this arrives.
   dev.add('new while draining', UPTIME_MS * 1000 + 5);
-  await new Promise((res) => setTimeout(res, 50));
+  await tick(50);
   await r.stop();
   assert.deepEqual(
     got.map((x) => x.message),
