@@ -69,15 +69,18 @@ build_pause() {
     || { rm -rf "$tmp"; die "pause.c did not compile"; }
   strip "$tmp/rootfs/pause"
   tar --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$tmp/rootfs" -cf "$tmp/layer.tar" pause
-  local -a pm=(podman --root "$tmp/storage" --runroot "$tmp/run" --tmpdir "$tmp/tmp" --storage-driver vfs
+  # podman refuses a runroot longer than 50 characters, which a checkout deep in the filesystem
+  # gives: the runroot goes under /tmp, removed with the rest.
+  local run; run="$(mktemp -d /tmp/vigil-pause-run.XXXXXX)"
+  local -a pm=(podman --root "$tmp/storage" --runroot "$run" --tmpdir "$tmp/tmp" --storage-driver vfs
     --events-backend none --cgroup-manager cgroupfs)
   "${pm[@]}" import --change 'ENTRYPOINT ["/pause"]' "$tmp/layer.tar" "$PAUSE_IMAGE" >/dev/null \
     && "${pm[@]}" save --format docker-archive -o "$tmp/pause-image.tar" "$PAUSE_IMAGE" \
-    || { "${pm[@]}" system reset -f >/dev/null 2>&1 || true; rm -rf "$tmp"; die "podman import/save of the pause image failed"; }
+    || { "${pm[@]}" system reset -f >/dev/null 2>&1 || true; rm -rf "$tmp" "$run"; die "podman import/save of the pause image failed"; }
   mkdir -p "$(dirname "$PAUSE_TAR")"
   mv -f "$tmp/pause-image.tar" "$PAUSE_TAR"
   "${pm[@]}" rmi -a -f >/dev/null 2>&1 || true
-  rm -rf "$tmp"
+  rm -rf "$tmp" "$run"
   log "pause image built in $(( $(date +%s) - t0 ))s -> $PAUSE_TAR ($PAUSE_IMAGE)"
 }
 
