@@ -1,12 +1,11 @@
 /**
  * Shared fixtures for the NVML tests: a scripted fake NVML library, a fake sysfs with NVIDIA PCI
- * functions, and a sink that records what a monitor publishes.
+ * functions; the sink that records what a monitor publishes is test/helpers/recording-sink.ts.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
-import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/types.ts';
 import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
 import type { GpuConfigInput } from '../../src/monitors/gpu/config.ts';
 import {
@@ -18,16 +17,9 @@ import {
   type FakeNvmlConfig,
 } from '../../native/fake-nvml/build.ts';
 
-/**
- * VIGIL_TEST_SLOWDOWN (a number, default 1): how much slower than native these tests run. Under
- * qemu's user mode (scripts/test-arm64.sh) worker threads take seconds to start, so the waits below
- * (RecordingSink.waitFor, the files' `until` loops) and the fake monitor's default watchdog are
- * stretched by this factor (and nvml-events.test.ts' 100 ms Xid latency bound). Which findings the
- * tests expect is unchanged.
- */
-export const SLOWDOWN = Math.max(1, Number(process.env.VIGIL_TEST_SLOWDOWN) || 1);
-/** ms stretched by VIGIL_TEST_SLOWDOWN. */
-export const slow = (ms: number): number => Math.round(ms * SLOWDOWN);
+export { SLOWDOWN, slow } from '../helpers/slowdown.ts';
+import { slow } from '../helpers/slowdown.ts';
+export { RecordingSink } from '../helpers/recording-sink.ts';
 
 /** A temp dir holding the fake's JSON script and a fake sysfs; sets FAKE_NVML_CONFIG. */
 export class FakeNvmlEnv {
@@ -86,70 +78,6 @@ export function makeSysfs(root: string, n: number): void {
   }
   dev('0000:00:00.0', '0x8086', '0x060000', '0x09a2'); // host bridge
   dev('0000:05:00.0', '0x10de', '0x068000', '0x22a3'); // NVSwitch: a bridge, not a GPU
-}
-
-/** Records everything a monitor publishes, with arrival times. */
-export class RecordingSink implements FindingSink {
-  findings: (Finding & { receivedAt: number })[] = [];
-  healthySignals: HealthySignal[] = [];
-  private waiters: (() => void)[] = [];
-
-  finding(f: Finding): void {
-    this.findings.push({ ...f, receivedAt: Date.now() });
-    this.wake();
-  }
-
-  healthy(h: HealthySignal): void {
-    this.healthySignals.push(h);
-    this.wake();
-  }
-
-  sources: SourceReport[] = [];
-
-  source(r: SourceReport): void {
-    this.sources.push(r);
-    this.wake();
-  }
-
-  reasons(): string[] {
-    return this.findings.map((f) => f.reason);
-  }
-
-  healthyFor(reason: string, entity?: string): HealthySignal[] {
-    return this.healthySignals.filter(
-      (h) => (h.reasons as readonly string[]).includes(reason) && (entity === undefined || h.entity === entity),
-    );
-  }
-
-  clear(): void {
-    this.findings = [];
-    this.healthySignals = [];
-  }
-
-  /** Resolves with the first finding matching pred (past or future); rejects after timeoutMs (times VIGIL_TEST_SLOWDOWN). */
-  async waitFor(pred: (f: Finding) => boolean, timeoutMs = 3_000): Promise<Finding & { receivedAt: number }> {
-    timeoutMs = slow(timeoutMs);
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const hit = this.findings.find(pred);
-      if (hit) return hit;
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no matching finding within ${timeoutMs} ms; got ${JSON.stringify(this.reasons())}`);
-      await new Promise<void>((r) => {
-        const t = setTimeout(r, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          r();
-        });
-      });
-    }
-  }
-
-  private wake(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
-  }
 }
 
 /** A monitor on the fake library with test-friendly timings; the caller must stop() it. */

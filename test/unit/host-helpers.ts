@@ -4,7 +4,6 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { CheckContext, CheckReport, HostCheck } from '../../src/monitors/host-check.ts';
 import type { ExecFn } from '../../src/sources/host/exec.ts';
-import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/types.ts';
 
 export const FIXTURES = fileURLToPath(new URL('../fixtures/host/', import.meta.url));
 export const fx = (scenario: string) => path.join(FIXTURES, scenario);
@@ -39,17 +38,4 @@ export function fakeExec(at: { root: string }, calls: string[][] = []): ExecFn {
   };
 }
 
-export class RecordingSink implements FindingSink {
-  findings: Finding[] = [];
-  healthySignals: HealthySignal[] = [];
-  finding(f: Finding): void {
-    this.findings.push(f);
-  }
-  healthy(h: HealthySignal): void {
-    this.healthySignals.push(h);
-  }
-  sources: SourceReport[] = [];
-  source(r: SourceReport): void {
-    this.sources.push(r);
-  }
-}
+export { RecordingSink } from '../helpers/recording-sink.ts';
