@@ -64,7 +64,7 @@
  * VIGIL_EVENT_FIRST_MAX_MS, inherited by the agents, 0 = off) as `event_first_max_ms`.
  * BENCH_COMPARE_OUT writes the JSON elsewhere (and leaves docs/benchmarks.md alone), for A/B runs.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -82,7 +82,7 @@ import { mergeCompare } from './compare-merge.ts';
 import { ApiObserver, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
-import { throughputPass } from './throughput.ts';
+import { execOut, throughputPass } from './throughput.ts';
 import { ringLock } from './ring-lock.ts';
 import { writeDocsSection } from './docs-section.ts';
 
@@ -452,20 +452,6 @@ async function stormPhase(c: Ctx): Promise<StormResult> {
   } finally {
     await pair.stop();
   }
-}
-
-/** Runs a command; resolves with its stdout (rejects on a non-zero exit). */
-function execOut(cmd: string, args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    child.once('exit', (code) =>
-      code === 0 ? resolve(out) : reject(new Error(`${cmd} ${args.slice(0, 3).join(' ')} exited with ${code}: ${err.slice(-1000)}`)),
-    );
-  });
 }
 
 interface IdlePair {

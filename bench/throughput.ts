@@ -52,8 +52,8 @@ const LIVE_SECONDS = env('BENCH_LIVE_SECONDS', 2);
 const LIVE_CORE = process.env.BENCH_LIVE_CORE ?? '0';
 const log = (msg: string) => process.stderr.write(`[bench:throughput ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
-/** Runs a command; resolves with its stdout (rejects on a non-zero exit). */
-function execOut(cmd: string, args: string[]): Promise<string> {
+/** Runs a command in the repository; resolves with its stdout (rejects on a non-zero exit). */
+export function execOut(cmd: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
