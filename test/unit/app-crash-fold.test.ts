@@ -10,13 +10,12 @@
 import { test } from 'node:test';
 import { useMockClock } from '../helpers/mock-clock.ts';
 import assert from 'node:assert/strict';
-import pino from 'pino';
 import { Registry } from 'prom-client';
 import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
 import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/engine.ts';
 import { CONDITIONS } from '../../src/catalog/index.ts';
 import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
-import { EventRecorder } from '../../src/sinks/kubernetes/events.ts';
+import { testEventRecorder } from '../helpers/event-recorder.ts';
 
 // Real lines: headless Chrome's trap int3 (https://github.com/aws/eks-node-monitoring-agent/issues/223),
 // Firefox's "Web Content" (https://github.com/BrowserWorks/waterfox/issues/1983), a python3 segfault
@@ -47,16 +46,7 @@ function setup(engineOver: Partial<EngineOptions> = {}) {
     server: 'https://stand-in',
   } as unknown as KubeClients;
   const registry = new Registry();
-  const rec = new EventRecorder({
-    clients,
-    nodeName: 'n1',
-    namespace: 'default',
-    log: pino({ level: 'silent' }),
-    registry,
-    perReasonPerMinute: 6,
-    instance: 'vigil-test',
-    now: clock,
-  });
+  const rec = testEventRecorder(clients, clock, { registry });
   const conditions = new Map<string, ConditionInfo>(Object.entries(CONDITIONS).map(([type, c]) => [type, { name: type, ...c }]));
   const engine = new Engine({ bootId: 'b', now: clock, conditions, registry, ...engineOver });
   engine.on((e) => rec.handle(e));

@@ -7,11 +7,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import pino from 'pino';
 import { Registry } from 'prom-client';
 import type { EngineEvent } from '../../src/api/types.ts';
 import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
-import { EventRecorder } from '../../src/sinks/kubernetes/events.ts';
+import { testEventRecorder } from '../helpers/event-recorder.ts';
 import { useMockClock } from '../helpers/mock-clock.ts';
 import { rng } from '../helpers/prng.ts';
 
@@ -47,17 +46,7 @@ function recorder(cap?: number) {
     },
     server: 'https://stand-in',
   } as unknown as KubeClients;
-  const rec = new EventRecorder({
-    clients,
-    nodeName: 'n1',
-    namespace: 'default',
-    log: pino({ level: 'silent' }),
-    registry,
-    perReasonPerMinute: 6,
-    ...(cap ? { fatalPerReasonPerMinute: cap } : {}),
-    instance: 'vigil-test',
-    now: clock,
-  });
+  const rec = testEventRecorder(clients, clock, { registry, ...(cap ? { fatalPerReasonPerMinute: cap } : {}) });
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const m = (await registry.getSingleMetric(name)?.get())?.values ?? [];
     return m.filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x)).reduce((a, v) => a + v.value, 0);

@@ -13,7 +13,7 @@ import { Registry } from 'prom-client';
 import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../../src/api/types.ts';
 import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
 import { ConditionWriter, summarize } from '../../src/sinks/kubernetes/conditions.ts';
-import { EventRecorder } from '../../src/sinks/kubernetes/events.ts';
+import { testEventRecorder } from '../helpers/event-recorder.ts';
 import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
 import type { Engine } from '../../src/engine/engine.ts';
 
@@ -150,16 +150,7 @@ test('a status change right after a write goes out at once; only message changes
 
 test('a Fatal finding is posted as an Event at once, before any timer runs', async () => {
   const calls: Call[] = [];
-  const rec = new EventRecorder({
-    clients: fakeClients(calls, clock),
-    nodeName: 'n1',
-    namespace: 'default',
-    log,
-    registry: new Registry(),
-    perReasonPerMinute: 6,
-    instance: 'vigil-test',
-    now: clock,
-  });
+  const rec = testEventRecorder(fakeClients(calls, clock), clock);
   const finding: EngineEvent = {
     kind: 'finding',
     finding: {
@@ -187,16 +178,7 @@ test('a Fatal finding is posted as an Event at once, before any timer runs', asy
 
 test('a Warning that persists for hours costs about one Event write an hour, not one per repeat window', async () => {
   const calls: Call[] = [];
-  const rec = new EventRecorder({
-    clients: fakeClients(calls, clock),
-    nodeName: 'n1',
-    namespace: 'default',
-    log,
-    registry: new Registry(),
-    perReasonPerMinute: 6,
-    instance: 'vigil-test',
-    now: clock,
-  });
+  const rec = testEventRecorder(fakeClients(calls, clock), clock);
   const warn = (): EngineEvent => ({
     kind: 'finding',
     finding: {
