@@ -19,6 +19,7 @@ import * as k8s from '@kubernetes/client-node';
 import { IN_CLUSTER_TOKEN } from './detect.ts';
 import { VERSION } from '../../util/version.ts';
 import { errorMessage } from '../../util/errors.ts';
+import { Backoff } from '../../util/backoff.ts';
 
 export { kubeConfigAvailable, resolveNodeName } from './detect.ts';
 
@@ -239,6 +240,13 @@ export interface ApiFailure {
   status: number;
   message: string;
   retryAfterMs?: number;
+  /** The request passed its deadline (status 0). */
+  timedOut?: boolean;
+}
+
+/** A request abandoned at its deadline. */
+export class RequestTimeoutError extends Error {
+  override readonly name = 'RequestTimeoutError';
 }
 
 export function toFailure(err: unknown): ApiFailure {
@@ -255,7 +263,7 @@ export function toFailure(err: unknown): ApiFailure {
     const ra = Number(err.headers?.['retry-after']);
     return { status: err.code, message, ...(Number.isFinite(ra) && ra > 0 ? { retryAfterMs: ra * 1000 } : {}) };
   }
-  return { status: 0, message: errorMessage(err) };
+  return { status: 0, message: errorMessage(err), ...(err instanceof RequestTimeoutError ? { timedOut: true } : {}) };
 }
 
 /**
@@ -273,8 +281,75 @@ export async function withDeadline<T>(
     return await send({ signal: AbortSignal.timeout(ms), ...(contentType ? { contentType } : {}) });
   } catch (err) {
     const name = typeof err === 'object' && err !== null && 'name' in err ? err.name : undefined;
-    if (name === 'AbortError' || name === 'TimeoutError') throw new Error(`${what} timed out after ${ms} ms`, { cause: err });
+    if (name === 'AbortError' || name === 'TimeoutError') throw new RequestTimeoutError(`${what} timed out after ${ms} ms`, { cause: err });
     throw err;
+  }
+}
+
+/** The API server's own limit for a request (kube-apiserver --request-timeout, 60 s by default). */
+const SERVER_REQUEST_TIMEOUT_MS = 60_000;
+
+/**
+ * One writer's requests to the API server: their deadline and the wait before a retry, both
+ * following the server's latency. An overloaded API server finishes a request its client gave up
+ * on, so a fixed 10 s deadline with quick retries made every retry more work for it, and 5,000
+ * agents starting at once never got through (docs/benchmarks.md). So a request that times out (or
+ * that the server ends with 504) doubles the next one's deadline, up to the server's own 60 s; a
+ * retry after a timeout, a 429 or a 5xx waits at least about as long as the failed try took; an
+ * answer halves the deadline back toward its base.
+ */
+export class ApiPacer {
+  private readonly backoff: Backoff;
+  private deadlineMs: number;
+  private lastElapsedMs = 0;
+
+  private readonly random: () => number;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly baseTimeoutMs: number,
+    retry: { baseMs: number; maxMs: number },
+    o: { random?: () => number; now?: () => number } = {},
+  ) {
+    this.deadlineMs = baseTimeoutMs;
+    this.random = o.random ?? Math.random;
+    this.now = o.now ?? (() => performance.now());
+    this.backoff = new Backoff(retry.baseMs, retry.maxMs, this.random);
+  }
+
+  /** The deadline the next request gets. */
+  get timeoutMs(): number {
+    return this.deadlineMs;
+  }
+
+  /** Runs one request under the current deadline (at most `capMs`: a shutdown's last write). */
+  async request<T>(what: string, send: (opts: RequestOptions) => Promise<T>, contentType?: string, capMs = Infinity): Promise<T> {
+    const t0 = this.now();
+    try {
+      const r = await withDeadline(Math.min(this.deadlineMs, capMs), what, send, contentType);
+      this.deadlineMs = Math.max(this.baseTimeoutMs, Math.round(this.deadlineMs / 2));
+      return r;
+    } catch (err) {
+      this.lastElapsedMs = this.now() - t0;
+      if (err instanceof RequestTimeoutError || (err instanceof KubeApiError && err.code === 504)) {
+        this.deadlineMs = Math.min(Math.max(this.baseTimeoutMs, SERVER_REQUEST_TIMEOUT_MS), this.deadlineMs * 2);
+      }
+      throw err;
+    }
+  }
+
+  /** A request (or a sequence of them) went through: the next failure starts the backoff again. */
+  succeeded(): void {
+    this.backoff.reset();
+  }
+
+  /** How long to wait before retrying after `f`, the failure of the last request. */
+  retryDelay(f: ApiFailure): number {
+    if (f.retryAfterMs !== undefined) return f.retryAfterMs;
+    const step = this.backoff.next();
+    const overloaded = f.timedOut === true || f.status === 429 || f.status >= 500;
+    if (!overloaded) return step;
+    return Math.max(step, Math.round(this.lastElapsedMs * (0.5 + this.random() * 0.5)));
   }
 }
 

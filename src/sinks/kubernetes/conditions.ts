@@ -6,8 +6,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ActiveProblem, ConditionState, NodeHealth } from '../../api/types.ts';
-import { STRATEGIC_MERGE, toFailure, withDeadline, type ApiFailure, type KubeClients } from './client.ts';
-import { Backoff } from './backoff.ts';
+import { ApiPacer, STRATEGIC_MERGE, toFailure, type ApiFailure, type KubeClients } from './client.ts';
 import { explainFailure } from './failures.ts';
 
 export interface ConditionWriterOptions {
@@ -22,6 +21,7 @@ export interface ConditionWriterOptions {
   coalesceMs: number;
   /** Re-write period when nothing changed; 0 disables. */
   heartbeatMs: number;
+  /** A request's deadline while the API server keeps up (ApiPacer lengthens it while it does not). */
   requestTimeoutMs?: number;
   /** Retry backoff after a failed write (full jitter between half and the whole step). */
   retry?: { baseMs: number; maxMs: number };
@@ -73,12 +73,11 @@ export class ConditionWriter {
   private fullWriteDue = false;
   /** The pending timer is a retry after a failure: nothing may bring it forward. */
   private backingOff = false;
-  private readonly backoff: Backoff;
+  private readonly pacer: ApiPacer;
   private readonly reported = new Set<string>();
   private stopped = false;
   private readonly m: { writes: Counter<'result'>; pendingGauge: Gauge };
   private readonly now: () => number;
-  private readonly timeoutMs: number;
 
   private readonly coalesceMs: number;
   /** When the last write was sent (the injected clock); the next may go out coalesceMs later. */
@@ -92,8 +91,7 @@ export class ConditionWriter {
     this.now = o.now ?? Date.now;
     // Coalescing trades latency for fewer writes; past a second it would only delay a repair.
     this.coalesceMs = Math.min(Math.max(0, o.coalesceMs), 1000);
-    this.timeoutMs = o.requestTimeoutMs ?? 10_000;
-    this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
+    this.pacer = new ApiPacer(o.requestTimeoutMs ?? 10_000, { baseMs: o.retry?.baseMs ?? 500, maxMs: o.retry?.maxMs ?? 30_000 });
     this.owned = new Set(o.writtenTypes ?? []);
     this.m = {
       writes: new Counter({
@@ -118,9 +116,7 @@ export class ConditionWriter {
   async readExisting(types: string[]): Promise<{ existing: ExistingCondition[]; uid?: string }> {
     for (;;) {
       try {
-        const node = await withDeadline(this.timeoutMs, 'GET node', (opts) =>
-          this.o.clients.core.readNode({ name: this.o.nodeName }, opts),
-        );
+        const node = await this.pacer.request('GET node', (opts) => this.o.clients.core.readNode({ name: this.o.nodeName }, opts));
         const conds = node.status?.conditions ?? [];
         const existing: ExistingCondition[] = [];
         for (const c of conds) {
@@ -146,14 +142,14 @@ export class ConditionWriter {
         for (const t of [...this.owned]) if (!conds.some((c) => c.type === t)) this.owned.delete(t);
         if (this.owned.size !== before) this.notifyOwned();
         this.staleCandidates = [...this.owned].filter((t) => !types.includes(t));
-        this.backoff.reset();
+        this.pacer.succeeded();
         const uid = node.metadata?.uid;
         return { existing, ...(uid ? { uid } : {}) };
       } catch (err) {
         const f = toFailure(err);
         this.report('read', f);
         if (this.stopped) return { existing: [] };
-        await sleep(f.retryAfterMs ?? this.backoff.next());
+        await sleep(this.pacer.retryDelay(f));
         if (this.stopped) return { existing: [] };
       }
     }
@@ -263,7 +259,7 @@ export class ConditionWriter {
       const deadline = Date.now() + finalWriteMs;
       if (this.inFlight) await Promise.race([this.inFlight, sleep(finalWriteMs)]);
       const left = deadline - Date.now();
-      if (!this.inFlight && left > 0 && (this.dirty().length || this.pendingDeletes.size)) await this.flush(Math.min(left, this.timeoutMs));
+      if (!this.inFlight && left > 0 && (this.dirty().length || this.pendingDeletes.size)) await this.flush(left);
     }
     this.stopped = true;
     clearTimeout(this.timer);
@@ -298,11 +294,12 @@ export class ConditionWriter {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.backingOff = false;
-      void this.flush(this.timeoutMs);
+      void this.flush();
     }, ms);
   }
 
-  private async flush(timeoutMs: number): Promise<void> {
+  /** Sends what changed; `capMs` bounds the request's deadline (a shutdown's last write). */
+  private async flush(capMs = Infinity): Promise<void> {
     if (this.stopped) return;
     if (this.inFlight) {
       // One write at a time; what changed meanwhile goes out right after.
@@ -340,11 +337,11 @@ export class ConditionWriter {
     let done!: () => void;
     this.inFlight = new Promise((r) => (done = r));
     try {
-      await withDeadline(
-        timeoutMs,
+      await this.pacer.request(
         'PATCH nodes/status',
         (opts) => this.o.clients.core.patchNodeStatus({ name: this.o.nodeName, body }, opts),
         STRATEGIC_MERGE,
+        capMs,
       );
     } catch (err) {
       const f = toFailure(err);
@@ -375,7 +372,7 @@ export class ConditionWriter {
       this.inFlight = undefined;
       done();
       // Keep the desired state; the next attempt writes whatever is latest then.
-      if (!this.stopped) this.schedule(f.retryAfterMs ?? this.backoff.next(), true);
+      if (!this.stopped) this.schedule(this.pacer.retryDelay(f), true);
       return;
     }
     for (const { c, message } of changed) {
@@ -403,7 +400,7 @@ export class ConditionWriter {
     this.m.writes.inc({ result: 'ok' });
     if (this.reported.size) this.o.log.info({ event: 'kubernetes', node: this.o.nodeName }, 'node conditions written again after failures');
     this.reported.clear();
-    this.backoff.reset();
+    this.pacer.succeeded();
     this.inFlight = undefined;
     done();
     if (this.dirty().length || this.pendingDeletes.size || this.fullWriteDue) this.schedule(this.nextWriteDelay());

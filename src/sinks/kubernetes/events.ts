@@ -21,8 +21,7 @@ import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineEvent } from '../../api/types.ts';
 import * as k8s from '@kubernetes/client-node';
-import { STRATEGIC_MERGE, toFailure, withDeadline, type KubeClients } from './client.ts';
-import { Backoff } from './backoff.ts';
+import { ApiPacer, STRATEGIC_MERGE, toFailure, type KubeClients } from './client.ts';
 import { explainFailure } from './failures.ts';
 
 export interface EventRecorderOptions {
@@ -120,14 +119,13 @@ export class EventRecorder {
   private current: Promise<void> | undefined;
   private stopped = false;
   private seq = 0;
-  private readonly backoff: Backoff;
+  private readonly pacer: ApiPacer;
   private readonly reported = new Set<string>();
   private readonly flushTimer: NodeJS.Timeout;
   private readonly now: () => number;
   private readonly finishMs: number;
   private readonly flushMs: number;
   private readonly refreshMs: number;
-  private readonly timeoutMs: number;
   private readonly m: { sent: Counter<'op' | 'result'>; dropped: Counter<'why'>; summarized: Counter };
 
   constructor(private readonly o: EventRecorderOptions) {
@@ -135,8 +133,7 @@ export class EventRecorder {
     this.finishMs = o.seriesFinishMs ?? 6 * 60_000;
     this.flushMs = o.seriesFlushMs ?? 30_000;
     this.refreshMs = Math.max(this.flushMs, o.seriesRefreshMs ?? 50 * 60_000);
-    this.timeoutMs = o.requestTimeoutMs ?? 10_000;
-    this.backoff = new Backoff(o.retry?.baseMs ?? 500, o.retry?.maxMs ?? 30_000);
+    this.pacer = new ApiPacer(o.requestTimeoutMs ?? 10_000, { baseMs: o.retry?.baseMs ?? 500, maxMs: o.retry?.maxMs ?? 30_000 });
     this.m = {
       sent: new Counter({
         name: 'vigil_k8s_event_writes_total',
@@ -409,7 +406,7 @@ export class EventRecorder {
         );
         await sent;
         this.queue.shift();
-        this.backoff.reset();
+        this.pacer.succeeded();
         this.reported.clear();
       } catch (err) {
         const f = toFailure(err);
@@ -440,7 +437,7 @@ export class EventRecorder {
             explainFailure(what, this.o.nodeName, f),
           );
         }
-        await new Promise((r) => setTimeout(r, f.retryAfterMs ?? this.backoff.next()).unref());
+        await new Promise((r) => setTimeout(r, this.pacer.retryDelay(f)).unref());
       }
     }
     this.running = false;
@@ -462,9 +459,7 @@ export class EventRecorder {
         reportingInstance: this.o.instance.slice(0, 128),
         regarding: { kind: 'Node', apiVersion: 'v1', name: this.o.nodeName, ...(uid ? { uid } : {}) },
       };
-      await withDeadline(this.timeoutMs, 'POST event', (opts) =>
-        this.o.clients.events.createNamespacedEvent({ namespace: ns, body }, opts),
-      );
+      await this.pacer.request('POST event', (opts) => this.o.clients.events.createNamespacedEvent({ namespace: ns, body }, opts));
       op.series.created = true;
       this.m.sent.inc({ op: 'create', result: 'ok' });
       return;
@@ -472,8 +467,7 @@ export class EventRecorder {
     const s = op.series;
     const count = s.count;
     if (count < 2 || count <= s.written) return;
-    await withDeadline(
-      this.timeoutMs,
+    await this.pacer.request(
       'PATCH event series',
       (opts) =>
         this.o.clients.events.patchNamespacedEvent(
