@@ -26,4 +26,17 @@ export {
 } from './host.ts';
 export { kubeconfigProblem } from './kubeconfig.ts';
 export { LISTEN_FORMAT, parseListen, type ListenAddress } from './listen.ts';
-export { regexList, regexProblem, regexString } from './regex.ts';
+export {
+  DFA_MAX_MEM,
+  MAX_PROGRAM_SIZE,
+  NATIVE_MAX_PATTERNS,
+  UserRegex,
+  compileNative,
+  nativeRe2Path,
+  nativeSource,
+  regexEngineInfo,
+  regexList,
+  regexProblem,
+  regexString,
+  type LineTest,
+} from './regex.ts';

@@ -1,0 +1,26 @@
+/** The types every part shares: findings, conditions, engine events, sinks and monitors. */
+export { CONDITION_TYPES } from './types.ts';
+export type {
+  ActiveProblem,
+  AnyReasonName,
+  BuiltinConditionType,
+  BuiltinFinding,
+  ConditionState,
+  ConditionStatus,
+  ConditionType,
+  EmittedFinding,
+  EngineEvent,
+  Entity,
+  Finding,
+  FindingSink,
+  HealthySignal,
+  Monitor,
+  NodeHealth,
+  RecommendedAction,
+  Recovery,
+  RuleReasonName,
+  Severity,
+  Sink,
+  SourceName,
+  SourceReport,
+} from './types.ts';
