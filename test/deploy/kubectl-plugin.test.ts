@@ -14,7 +14,7 @@ import * as k8s from '@kubernetes/client-node';
 import YAML from 'yaml';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 import { KUBECTL, ROOT, ensureTools, ok, run } from './tools.ts';
-import type { NodeStatus } from '../../src/cli/status-command.ts';
+import type { NodeStatus } from '../../src/cli/index.ts';
 
 before(() => ensureTools());
 

@@ -14,7 +14,7 @@ import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { startCluster, waitFor } from '../helpers/cluster.ts';
 import { installCrd, nodeDiagnostics } from '../helpers/node-diagnostic.ts';
-import { newToken, tokenSHA256 } from '../../src/diagnostics/node-diagnostic/access.ts';
+import { newToken, tokenSHA256 } from '../../src/diagnostics/index.ts';
 import { KUBECTL, ROOT, ensureTools } from './tools.ts';
 
 before(() => ensureTools());

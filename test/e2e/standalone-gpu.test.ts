@@ -9,8 +9,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { FakeNvmlEnv } from '../integration/nvml-helpers.ts';
 import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
-import type { NodeHealth } from '../../src/api/types.ts';
-import { normalizePci } from '../../src/monitors/gpu/inventory.ts';
+import type { NodeHealth } from '../../src/api/index.ts';
+import { normalizePci } from '../../src/monitors/index.ts';
 
 test('an NVML Xid 48 event on GPU 2 reaches /conditions with its UUID within a second, and a hung NVML call does not delay the kernel log', async (t) => {
   const env = new FakeNvmlEnv(4);

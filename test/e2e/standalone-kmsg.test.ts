@@ -9,7 +9,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
-import type { NodeHealth } from '../../src/api/types.ts';
+import type { NodeHealth } from '../../src/api/index.ts';
 
 test('Xid 79 and a soft lockup on /dev/kmsg reach /conditions, and survive a restart without replay', async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-e2e-'));

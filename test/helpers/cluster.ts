@@ -18,10 +18,9 @@ import pino from 'pino';
 import { Registry } from 'prom-client';
 import { CONDITIONS } from '../../src/catalog/index.ts';
 import { KUBECTL } from '../deploy/tools.ts';
-import { Engine, type ConditionInfo, type EngineSnapshot } from '../../src/engine/engine.ts';
-import { makeClients } from '../../src/sinks/kubernetes/client.ts';
-import { KubernetesSink, type KubernetesSinkOptions } from '../../src/sinks/kubernetes/sink.ts';
-import type { BuiltinConditionType } from '../../src/api/types.ts';
+import { Engine, type ConditionInfo, type EngineSnapshot } from '../../src/engine/index.ts';
+import { makeClients, KubernetesSink, type KubernetesSinkOptions } from '../../src/sinks/index.ts';
+import type { BuiltinConditionType } from '../../src/api/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CLUSTER_SCRIPTS = path.join(ROOT, 'test/cluster');

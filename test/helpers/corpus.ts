@@ -9,10 +9,10 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { z } from 'zod';
-import { parseConfig } from '../../src/config/load.ts';
+import { parseConfig } from '../../src/config/index.ts';
 import { LogReplay } from '../../src/pipeline/index.ts';
-import type { LineKind } from '../../src/sources/kmsg/parse.ts';
-import type { Finding } from '../../src/api/types.ts';
+import type { LineKind } from '../../src/sources/index.ts';
+import type { Finding } from '../../src/api/index.ts';
 
 export const CORPUS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'corpus');
 

@@ -4,8 +4,7 @@
  */
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
-import { EventRecorder, type EventRecorderOptions } from '../../src/sinks/kubernetes/events.ts';
+import { type KubeClients, EventRecorder, type EventRecorderOptions } from '../../src/sinks/index.ts';
 
 export function testEventRecorder(clients: KubeClients, now: () => number, extra: Partial<EventRecorderOptions> = {}): EventRecorder {
   return new EventRecorder({

@@ -3,7 +3,7 @@
  * read(2), EAGAIN past the newest, EPIPE once when the reader's position was overwritten (then the
  * position moves to the oldest record). The real device is in test/integration.
  */
-import type { KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import type { KmsgIo } from '../../src/sources/index.ts';
 
 export interface FakeKmsgOptions {
   /** Keep at most this many records: adding past it overwrites the oldest, as the kernel's ring does. */

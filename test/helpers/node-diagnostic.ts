@@ -14,7 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import { waitFor, type TestCluster } from './cluster.ts';
-import { newToken, sealDestination, tokenSHA256 } from '../../src/diagnostics/node-diagnostic/access.ts';
+import { newToken, sealDestination, tokenSHA256 } from '../../src/diagnostics/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CRD_YAML = path.join(ROOT, 'deploy/crds/nodediagnostic.yaml');

@@ -2,7 +2,7 @@
  * The one FindingSink that records what a monitor publishes, for unit and integration tests: the
  * findings (with arrival times), healthy signals and source reports, and a wait for a finding.
  */
-import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/types.ts';
+import type { Finding, FindingSink, HealthySignal, SourceReport } from '../../src/api/index.ts';
 import { slow } from './slowdown.ts';
 
 export class RecordingSink implements FindingSink {

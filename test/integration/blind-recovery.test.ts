@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startAgent, uniquePci, type AgentProcess } from '../helpers/agent-process.ts';
 import { Registry } from 'prom-client';
-import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
+import { GpuMonitor } from '../../src/monitors/index.ts';
 import { FakeNvmlEnv, RecordingSink } from './nvml-helpers.ts';
 
 interface Condition {

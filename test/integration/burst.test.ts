@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { kernelLogOnlyConfig, startAgent } from '../helpers/agent-process.ts';
 import { burstLine, pollHealthz, writeBurst } from '../helpers/kmsg-burst.ts';
-import type { NodeHealth } from '../../src/api/types.ts';
+import type { NodeHealth } from '../../src/api/index.ts';
 
 const N = 5000;
 const skip = process.getuid?.() === 0 ? false : 'needs root to write to /dev/kmsg';

@@ -7,8 +7,8 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
-import { runGpuCommand, type GpuCommandReport } from '../../src/cli/gpu-command.ts';
-import { nvmlThreadsLeft } from '../../src/sources/nvml/client.ts';
+import { runGpuCommand, type GpuCommandReport } from '../../src/cli/index.ts';
+import { nvmlThreadsLeft } from '../../src/sources/index.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
 import { RecordingSink, fakeMonitor, slow } from './nvml-helpers.ts';
 

@@ -13,8 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gunzipSync } from 'node:zlib';
-import type { BundleManifest, CollectorResult } from '../../src/diagnostics/bundle.ts';
-import { runCapture } from '../../src/diagnostics/collect.ts';
+import { type BundleManifest, type CollectorResult, runCapture } from '../../src/diagnostics/index.ts';
 import { FakeNvmlEnv } from './nvml-helpers.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

@@ -1,11 +1,10 @@
 /** Every host check against this machine's own /proc and /sys (host root `/`), with the real readers. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildHostChecks, HostMonitors } from '../../src/monitors/host-monitors.ts';
+import { buildHostChecks, HostMonitors, type CheckReport } from '../../src/monitors/index.ts';
 import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
-import type { CheckReport } from '../../src/monitors/host-check.ts';
-import type { Finding, HealthySignal } from '../../src/api/types.ts';
-import { errorMessage } from '../../src/util/errors.ts';
+import type { Finding, HealthySignal } from '../../src/api/index.ts';
+import { errorMessage } from '../../src/util/index.ts';
 
 // localhost makes the DNS check run for real without depending on cluster DNS.
 const cfg = hostMonitorsConfigSchema.parse({ hostRoot: '/', networking: { dns: { host: 'localhost' } } });

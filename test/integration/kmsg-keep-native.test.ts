@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { accessSync, closeSync, constants, openSync } from 'node:fs';
 import { writeKmsg } from '../helpers/agent-process.ts';
 import { createRequire } from 'node:module';
-import { UserRegex } from '../../src/config/regex.ts';
-import { ReadThread, type ReadItem } from '../../src/sources/kmsg/read-thread.ts';
+import { UserRegex } from '../../src/config/index.ts';
+import { ReadThread, type ReadItem } from '../../src/sources/index.ts';
 
 function skip(): string | false {
   try {

@@ -8,9 +8,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { accessSync, constants } from 'node:fs';
 import { writeKmsg } from '../helpers/agent-process.ts';
-import { UserRegex } from '../../src/config/regex.ts';
-import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
-import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
+import { UserRegex } from '../../src/config/index.ts';
+import { type KmsgRecord, KmsgReader } from '../../src/sources/index.ts';
 
 function usable(): string | false {
   try {

@@ -15,9 +15,8 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, closeSync, constants, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
-import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
-import { errorMessage } from '../../src/util/errors.ts';
+import { KmsgReader, type KmsgRecord } from '../../src/sources/index.ts';
+import { errorMessage } from '../../src/util/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 

@@ -7,7 +7,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
 import { eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;

@@ -6,7 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as k8s from '@kubernetes/client-node';
-import type { Finding } from '../../src/api/types.ts';
+import type { Finding } from '../../src/api/index.ts';
 import { conditionsOf, iso, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 const VIGIL_TYPES = ['KernelReady', 'NetworkingReady', 'StorageReady', 'ContainerRuntimeReady', 'AcceleratedHardwareReady'];

@@ -9,7 +9,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as k8s from '@kubernetes/client-node';
-import type { Finding } from '../../src/api/types.ts';
+import type { Finding } from '../../src/api/index.ts';
 import { eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;

@@ -5,8 +5,8 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Finding } from '../../src/api/types.ts';
-import { REPORTING_CONTROLLER } from '../../src/sinks/kubernetes/events.ts';
+import type { Finding } from '../../src/api/index.ts';
+import { REPORTING_CONTROLLER } from '../../src/sinks/index.ts';
 import { conditionsOf, eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;

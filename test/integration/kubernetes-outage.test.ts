@@ -6,7 +6,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Finding } from '../../src/api/types.ts';
+import type { Finding } from '../../src/api/index.ts';
 import { conditionsOf, eventsFor, iso, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 const OUTAGE_MS = 30_000;

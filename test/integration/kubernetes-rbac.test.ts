@@ -10,11 +10,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type pino from 'pino';
 import * as k8s from '@kubernetes/client-node';
-import type { Finding, FindingSink } from '../../src/api/types.ts';
-import { Agent } from '../../src/agent/agent.ts';
-import { parseConfig } from '../../src/config/load.ts';
-import { makeClients } from '../../src/sinks/kubernetes/client.ts';
-import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
+import type { Finding, FindingSink } from '../../src/api/index.ts';
+import { Agent } from '../../src/agent/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { makeClients, KubernetesSink } from '../../src/sinks/index.ts';
 import {
   captureLog,
   conditionsOf,

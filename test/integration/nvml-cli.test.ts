@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { runGpuCommand, type GpuCommandReport } from '../../src/cli/gpu-command.ts';
+import { runGpuCommand, type GpuCommandReport } from '../../src/cli/index.ts';
 import { FakeNvmlEnv } from './nvml-helpers.ts';
 
 const envs: FakeNvmlEnv[] = [];

@@ -6,7 +6,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
+import { GpuMonitor } from '../../src/monitors/index.ts';
 import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
 
 const envs: FakeNvmlEnv[] = [];

@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { after, test } from 'node:test';
 import { FakeNvmlEnv, RecordingSink, fakeMonitor, slow } from './nvml-helpers.ts';
-import type { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
+import type { GpuMonitor } from '../../src/monitors/index.ts';
 
 const envs: FakeNvmlEnv[] = [];
 after(() => envs.forEach((e) => e.cleanup()));

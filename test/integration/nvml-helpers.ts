@@ -6,8 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
-import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
-import type { GpuConfigInput } from '../../src/monitors/gpu/config.ts';
+import { GpuMonitor, type GpuConfigInput } from '../../src/monitors/index.ts';
 import {
   buildFakeNvml,
   fakeGpus,

@@ -6,8 +6,7 @@
 import { strict as assert } from 'node:assert';
 import { after, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { GpuMonitor } from '../../src/monitors/gpu/monitor.ts';
-import type { GpuConfigInput } from '../../src/monitors/gpu/config.ts';
+import { GpuMonitor, type GpuConfigInput } from '../../src/monitors/index.ts';
 import { FakeNvmlEnv, RecordingSink } from './nvml-helpers.ts';
 
 const envs: FakeNvmlEnv[] = [];

@@ -5,8 +5,8 @@
  */
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Finding } from '../../src/api/types.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import type { Finding } from '../../src/api/index.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
 import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
 
 const kernel = (message: string): Finding => {

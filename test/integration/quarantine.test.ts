@@ -11,9 +11,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
-import type { Finding, HealthySignal } from '../../src/api/types.ts';
-import { parseConfig } from '../../src/config/load.ts';
-import { makeClients } from '../../src/sinks/kubernetes/client.ts';
+import type { Finding, HealthySignal } from '../../src/api/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { makeClients } from '../../src/sinks/index.ts';
 import {
   CORDONED_BY_VIGIL_ANNOTATION,
   QUARANTINED_LABEL,
@@ -21,7 +21,7 @@ import {
   Quarantine,
   allowedQuarantined,
   type QuarantineOptions,
-} from '../../src/remediation/quarantine.ts';
+} from '../../src/remediation/index.ts';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, kubeAgentArgs } from '../helpers/agent-process.ts';
 import {
   ADMISSION_POLICY_YAML,

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { errorMessage } from '../../src/util/errors.ts';
+import { errorMessage } from '../../src/util/index.ts';
 import { kernelLogOnlyConfig, startAgent, writeKmsg } from '../helpers/agent-process.ts';
 
 /** Why npm re2 does not load in this Node (its loader's message on one line), or undefined when it loads. */

@@ -13,8 +13,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import * as k8s from '@kubernetes/client-node';
-import { CONDITION_TYPES } from '../../src/api/types.ts';
-import { parseConfig } from '../../src/config/load.ts';
+import { CONDITION_TYPES } from '../../src/api/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 import { KUBECTL, ensureTools, helmTemplate, ok, run, type Manifest } from '../deploy/tools.ts';
 

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { kernelLogOnlyConfig, kubeAgentArgs, startAgent } from '../helpers/agent-process.ts';
 import { conditionsOf, startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
-import type { NodeStatus } from '../../src/cli/status-command.ts';
+import type { NodeStatus } from '../../src/cli/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 

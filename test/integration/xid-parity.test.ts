@@ -8,9 +8,9 @@
  */
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Finding } from '../../src/api/types.ts';
+import type { Finding } from '../../src/api/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
 import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
 
 const CATALOG_XIDS = [...Array.from({ length: 172 }, (_, i) => i + 1), 999];

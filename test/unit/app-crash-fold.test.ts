@@ -11,10 +11,10 @@ import { test } from 'node:test';
 import { useMockClock } from '../helpers/mock-clock.ts';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/engine.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
+import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/index.ts';
 import { CONDITIONS } from '../../src/catalog/index.ts';
-import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
+import type { KubeClients } from '../../src/sinks/index.ts';
 import { testEventRecorder } from '../helpers/event-recorder.ts';
 
 // Real lines: headless Chrome's trap int3 (https://github.com/aws/eks-node-monitoring-agent/issues/223),

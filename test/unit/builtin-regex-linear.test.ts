@@ -13,8 +13,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { detectFormat, parseKmsgRecord, parseLine } from '../../src/sources/kmsg/parse.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
+import { detectFormat, parseKmsgRecord, parseLine } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const SHORT = 1024;

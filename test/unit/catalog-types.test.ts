@@ -7,11 +7,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { loadCatalogYaml, paths } from '../../scripts/gen-catalog.ts';
-import { CONDITION_TYPES as API_CONDITION_TYPES, type BuiltinFinding, type Finding } from '../../src/api/types.ts';
+import { CONDITION_TYPES as API_CONDITION_TYPES, type BuiltinFinding, type Finding } from '../../src/api/index.ts';
 import { CONDITIONS, CONDITION_TYPES, isReasonName, lookupReason, ruleReason, type ReasonName } from '../../src/catalog/index.ts';
-import { configSchema } from '../../src/config/schema.ts';
-import { finding } from '../../src/monitors/host-finding.ts';
-import type { RuleHit } from '../../src/monitors/kernel-log/rules.ts';
+import { configSchema } from '../../src/config/index.ts';
+import { finding, type RuleHit } from '../../src/monitors/index.ts';
 
 const base = { message: 'm', source: 'kmsg', entity: '', at: 0 } as const;
 

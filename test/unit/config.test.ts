@@ -5,7 +5,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, durationValue, kubeconfigProblem, parseConfig, parseListen, regexProblem } from '../../src/config/index.ts';
-import { parseUserRules } from '../../src/monitors/kernel-log/user-rules.ts';
+import { parseUserRules } from '../../src/monitors/index.ts';
 
 /** The message of the ConfigError that parsing `yaml` throws. */
 function configError(yaml: string, source = 'f.yaml'): string {

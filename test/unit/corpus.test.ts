@@ -6,11 +6,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { DEFAULT_FATAL_XIDS } from '../../src/config/xid.ts';
-import { parseConfig } from '../../src/config/load.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { DEFAULT_FATAL_XIDS, parseConfig } from '../../src/config/index.ts';
+import { KernelLogClassifier } from '../../src/monitors/index.ts';
 import { LogReplay } from '../../src/pipeline/index.ts';
-import { lineKind, lineTime, parseLine } from '../../src/sources/kmsg/parse.ts';
+import { lineKind, lineTime, parseLine } from '../../src/sources/index.ts';
 import { paths } from '../../scripts/gen-catalog.ts';
 import { entryLines, family, FORMATS, judge, loadCorpus } from '../helpers/corpus.ts';
 

@@ -6,8 +6,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { Engine, type ConditionInfo } from '../../src/engine/engine.ts';
-import type { ActiveProblem, Finding, NodeHealth } from '../../src/api/types.ts';
+import { Engine, type ConditionInfo } from '../../src/engine/index.ts';
+import type { ActiveProblem, Finding, NodeHealth } from '../../src/api/index.ts';
 import { CONDITIONS, ruleReason } from '../../src/catalog/index.ts';
 
 const T0 = Date.parse('2026-12-01T00:00:00Z');

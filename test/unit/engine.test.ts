@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/engine.ts';
-import type { EngineEvent, Finding } from '../../src/api/types.ts';
+import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/index.ts';
+import type { EngineEvent, Finding } from '../../src/api/index.ts';
 import { CONDITIONS, ruleReason } from '../../src/catalog/index.ts';
 
 function setup(over: Partial<EngineOptions> = {}) {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { aerDevices, checkAer, parseAerFile, readAer, type AerReading } from '../../src/monitors/gpu/aer.ts';
+import { aerDevices, checkAer, parseAerFile, readAer, type AerReading } from '../../src/monitors/index.ts';
 
 const CORRECTABLE = (n: number) =>
   `RxErr 0\nBadTLP ${n}\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR ${n}\n`;

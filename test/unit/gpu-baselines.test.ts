@@ -1,8 +1,7 @@
 /** Persisted GPU counter baselines: what is reused after a restart, and what is dropped. */
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { exportBaselines, importBaselines } from '../../src/monitors/gpu/baselines.ts';
-import { initialCheckState } from '../../src/monitors/gpu/checks.ts';
+import { exportBaselines, importBaselines, initialCheckState } from '../../src/monitors/index.ts';
 
 const HOUR = 3_600_000;
 const now = 1_800_000_000_000;

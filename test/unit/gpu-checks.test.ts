@@ -21,10 +21,10 @@ import {
   nvmlTimeout,
   pcieReplayLimit,
   type CheckResult,
-} from '../../src/monitors/gpu/checks.ts';
-import { gpuConfigSchema } from '../../src/monitors/gpu/config.ts';
-import type { GpuInfo } from '../../src/monitors/gpu/inventory.ts';
-import type { GpuSample, NvmlEvent } from '../../src/sources/nvml/protocol.ts';
+  gpuConfigSchema,
+  type GpuInfo,
+} from '../../src/monitors/index.ts';
+import type { GpuSample, NvmlEvent } from '../../src/sources/index.ts';
 
 const cfg = gpuConfigSchema.parse({});
 const gpu: GpuInfo = {

@@ -3,9 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { gpuConfigSchema } from '../../src/monitors/gpu/config.ts';
-import { GpuInventory, detectNvidiaPciFunctions, entityOf, normalizePci } from '../../src/monitors/gpu/inventory.ts';
-import { nvmlReturnName, NvmlError } from '../../src/sources/nvml/errors.ts';
+import { gpuConfigSchema, GpuInventory, detectNvidiaPciFunctions, entityOf, normalizePci } from '../../src/monitors/index.ts';
+import { nvmlReturnName, NvmlError } from '../../src/sources/index.ts';
 import { makeSysfs } from '../integration/nvml-helpers.ts';
 
 test('normalizePci gives the kernel-log Xid form for every common spelling', () => {

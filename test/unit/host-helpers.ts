@@ -2,8 +2,8 @@
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { CheckContext, CheckReport, HostCheck } from '../../src/monitors/host-check.ts';
-import type { ExecFn } from '../../src/sources/host/exec.ts';
+import type { CheckContext, CheckReport, HostCheck } from '../../src/monitors/index.ts';
+import type { ExecFn } from '../../src/sources/index.ts';
 
 export const FIXTURES = fileURLToPath(new URL('../fixtures/host/', import.meta.url));
 export const fx = (scenario: string) => path.join(FIXTURES, scenario);

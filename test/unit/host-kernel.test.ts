@@ -1,8 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { kernelChecks, kernelConfigSchema, type KernelSyscalls } from '../../src/monitors/kernel/index.ts';
-import { countKernelWarnings, STA_UNSYNC, type TimexSample } from '../../src/monitors/kernel/checks.ts';
-import { parseProcStat } from '../../src/sources/host/procs.ts';
+import {
+  kernelChecks,
+  kernelConfigSchema,
+  type KernelSyscalls,
+  countKernelWarnings,
+  STA_UNSYNC,
+  type TimexSample,
+} from '../../src/monitors/index.ts';
+import { parseProcStat } from '../../src/sources/index.ts';
 import { check, cleared, ctx, found, fx } from './host-helpers.ts';
 
 const cfg = kernelConfigSchema.parse({});

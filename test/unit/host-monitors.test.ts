@@ -1,12 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { HostMonitors } from '../../src/monitors/host-monitors.ts';
+import { HostMonitors, ReportPublisher, type StatfsFn } from '../../src/monitors/index.ts';
 import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
-import { ReportPublisher } from '../../src/monitors/host-check.ts';
-import { WorkQueue } from '../../src/scheduler/work-queue.ts';
+import { WorkQueue } from '../../src/scheduler/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
-import type { StatfsFn } from '../../src/monitors/storage/index.ts';
 import { fakeExec, fx, RecordingSink } from './host-helpers.ts';
 
 const statfs: StatfsFn = () => Promise.resolve({ blocks: 100, bfree: 2, bavail: 2, files: 100, ffree: 1 });

@@ -1,7 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { networkingChecks, networkingConfigSchema } from '../../src/monitors/networking/index.ts';
-import { parseEthtoolStats } from '../../src/monitors/networking/checks.ts';
+import { networkingChecks, networkingConfigSchema, parseEthtoolStats } from '../../src/monitors/index.ts';
 import { check, cleared, ctx, fakeExec, found, fx } from './host-helpers.ts';
 
 const cfg = networkingConfigSchema.parse({});

@@ -9,10 +9,9 @@ import { mkdtempSync, mkdirSync, readdirSync, writeFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { runtimeChecks, runtimeConfigSchema } from '../../src/monitors/runtime/index.ts';
-import { restartReason } from '../../src/monitors/runtime/checks.ts';
+import { runtimeChecks, runtimeConfigSchema, restartReason } from '../../src/monitors/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
-import type { ExecFn } from '../../src/sources/host/exec.ts';
+import type { ExecFn } from '../../src/sources/index.ts';
 import { check, cleared, ctx, fakeExec, found, fx } from './host-helpers.ts';
 
 /** An HTTP server on a random loopback port, closed in t.after whether the test passes or not. */

@@ -3,10 +3,16 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { execBounded } from '../../src/sources/host/exec.ts';
-import { hostPath } from '../../src/sources/host/paths.ts';
-import { listDir, readFileSmall, readLinkBase, readNumber, readSysFileAsync } from '../../src/sources/host/read.ts';
-import { statfs } from '../../src/sources/host/statfs.ts';
+import {
+  execBounded,
+  hostPath,
+  listDir,
+  readFileSmall,
+  readLinkBase,
+  readNumber,
+  readSysFileAsync,
+  statfs,
+} from '../../src/sources/index.ts';
 import { fx } from './host-helpers.ts';
 
 test('hostPath joins under the root and cannot climb out of it', () => {

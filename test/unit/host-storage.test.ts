@@ -3,8 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { storageChecks, storageConfigSchema, type StatfsFn } from '../../src/monitors/storage/index.ts';
-import { mountFor, parseDiskstats, parseMountinfo } from '../../src/monitors/storage/checks.ts';
+import { storageChecks, storageConfigSchema, type StatfsFn, mountFor, parseDiskstats, parseMountinfo } from '../../src/monitors/index.ts';
 import { check, cleared, ctx, found, fx } from './host-helpers.ts';
 
 const cfg = storageConfigSchema.parse({});

@@ -10,9 +10,8 @@ import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
-import { connectionCap, limitConnections, openFileLimit, type ShedReason } from '../../src/sinks/http/connection-limit.ts';
-import { HttpServer, type StatusProvider } from '../../src/sinks/http/server.ts';
-import type { NodeHealth } from '../../src/api/types.ts';
+import { connectionCap, limitConnections, openFileLimit, type ShedReason, HttpServer, type StatusProvider } from '../../src/sinks/index.ts';
+import type { NodeHealth } from '../../src/api/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Not events.once: that rejects on the EPIPE a write to a closed socket raises. */

@@ -6,8 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { BUILTIN_RULES } from '../../src/monitors/kernel-log/rules.ts';
+import { KernelLogClassifier, BUILTIN_RULES } from '../../src/monitors/index.ts';
 import { replayText } from '../helpers/corpus.ts';
 
 const reasons = (text: string) => replayText(text).map((f) => f.reason);

@@ -2,10 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Finding, FindingSink, HealthySignal } from '../../src/api/types.ts';
-import { KernelLogMonitor } from '../../src/monitors/kernel-log/monitor.ts';
-import { loadNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
-import type { KmsgCursor, KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import type { Finding, FindingSink, HealthySignal } from '../../src/api/index.ts';
+import { KernelLogMonitor, loadNpdConfig } from '../../src/monitors/index.ts';
+import type { KmsgCursor, KmsgIo } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const NOW = 1_700_000_000_000;

@@ -8,12 +8,11 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Finding, FindingSink, HealthySignal } from '../../src/api/types.ts';
-import { parseConfig } from '../../src/config/load.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { KernelLogMonitor } from '../../src/monitors/kernel-log/monitor.ts';
+import type { Finding, FindingSink, HealthySignal } from '../../src/api/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { KernelLogClassifier, KernelLogMonitor } from '../../src/monitors/index.ts';
 import { LogReplay } from '../../src/pipeline/index.ts';
-import type { KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import type { KmsgIo } from '../../src/sources/index.ts';
 
 function classify(message: string): { findings: Finding[]; healthy: HealthySignal[] } {
   const healthy: HealthySignal[] = [];

@@ -2,8 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { goRegexToJs, loadNpdConfig, NpdMatcher, parseNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { goRegexToJs, loadNpdConfig, NpdMatcher, parseNpdConfig, KernelLogClassifier } from '../../src/monitors/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const T0 = 1_700_000_000_000;

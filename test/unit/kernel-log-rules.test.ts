@@ -3,8 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { BUILTIN_RULES, normalizePci } from '../../src/monitors/kernel-log/rules.ts';
+import { KernelLogClassifier, BUILTIN_RULES, normalizeXidPci as normalizePci } from '../../src/monitors/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');

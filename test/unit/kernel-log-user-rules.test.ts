@@ -3,8 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadUserRules, parseUserRules } from '../../src/monitors/kernel-log/user-rules.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
+import { loadUserRules, parseUserRules, KernelLogClassifier } from '../../src/monitors/index.ts';
 
 const T0 = 1_700_000_000_000;
 

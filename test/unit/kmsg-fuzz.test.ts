@@ -7,9 +7,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, type LogFormat } from '../../src/sources/kmsg/parse.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { loadNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
+import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, type LogFormat } from '../../src/sources/index.ts';
+import { KernelLogClassifier, loadNpdConfig } from '../../src/monitors/index.ts';
 import { rng } from '../helpers/prng.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');

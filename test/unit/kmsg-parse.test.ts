@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, unescapeKmsg, type LogFormat } from '../../src/sources/kmsg/parse.ts';
+import { detectFormat, MAX_MESSAGE_CHARS, parseKmsgRecord, parseLine, unescapeKmsg, type LogFormat } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const lines = (name: string) =>

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
+import { KmsgReader } from '../../src/sources/index.ts';
 import { FakeKmsg } from '../helpers/fake-kmsg.ts';
 
 /** The fake device with n records of `chars` characters each at a time. */

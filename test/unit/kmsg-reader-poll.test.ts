@@ -10,9 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, constants, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { PollWaiter, type PollWake } from '../../src/sources/kmsg/wait.ts';
-import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
-import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
+import { PollWaiter, type PollWake, KmsgReader, type KmsgRecord } from '../../src/sources/index.ts';
 
 function fifo(t: { after(fn: () => void): void }): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-poll-'));

@@ -5,10 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { KmsgReader, type KmsgIo, type KmsgReaderOptions } from '../../src/sources/kmsg/reader.ts';
+import { KmsgReader, type KmsgIo, type KmsgReaderOptions, type KmsgRecord } from '../../src/sources/index.ts';
 import { FakeKmsg } from '../helpers/fake-kmsg.ts';
 import { useMockClock } from '../helpers/mock-clock.ts';
-import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
 
 /** A ring of records that behaves like /dev/kmsg for one reader: EAGAIN at the end, EPIPE on overrun. */
 

@@ -8,9 +8,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KmsgReader } from '../../src/sources/kmsg/reader.ts';
+import { KmsgReader, type KmsgRecord } from '../../src/sources/index.ts';
 import { FakeKmsg } from '../helpers/fake-kmsg.ts';
-import type { KmsgRecord } from '../../src/sources/kmsg/parse.ts';
 
 const XID = (i: number) => `NVRM: Xid (PCI:0000:${(0x10 + i).toString(16)}:00): 79, pid=1, name=x, GPU has fallen off the bus.`;
 

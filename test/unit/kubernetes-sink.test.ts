@@ -10,12 +10,10 @@ import { useMockClock } from '../helpers/mock-clock.ts';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../../src/api/types.ts';
-import type { KubeClients } from '../../src/sinks/kubernetes/client.ts';
-import { ConditionWriter, summarize } from '../../src/sinks/kubernetes/conditions.ts';
+import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../../src/api/index.ts';
+import { type KubeClients, ConditionWriter, summarize, KubernetesSink } from '../../src/sinks/index.ts';
 import { testEventRecorder } from '../helpers/event-recorder.ts';
-import { KubernetesSink } from '../../src/sinks/kubernetes/sink.ts';
-import type { Engine } from '../../src/engine/engine.ts';
+import type { Engine } from '../../src/engine/index.ts';
 
 interface Call {
   op: 'patchNode' | 'createEvent' | 'patchEvent';

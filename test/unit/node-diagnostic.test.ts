@@ -17,21 +17,24 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { parseConfig } from '../../src/config/load.ts';
-import { HttpServer } from '../../src/sinks/http/server.ts';
-import { parseSpec, redactUrl } from '../../src/diagnostics/node-diagnostic/resource.ts';
-import { BundleStore } from '../../src/diagnostics/node-diagnostic/store.ts';
-import { uploadFile, type UploadOptions } from '../../src/diagnostics/node-diagnostic/upload.ts';
-import { expandUrl } from '../../src/diagnostics/node-diagnostic/controller.ts';
-import { refusedKind, type Resolver } from '../../src/diagnostics/node-diagnostic/destination.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { HttpServer } from '../../src/sinks/index.ts';
 import {
+  parseSpec,
+  redactUrl,
+  BundleStore,
+  uploadFile,
+  type UploadOptions,
+  expandUrl,
+  refusedKind,
+  type Resolver,
   newDestinationKey,
   newToken,
   openDestination,
   sealDestination,
   tokenMatches,
   tokenSHA256,
-} from '../../src/diagnostics/node-diagnostic/access.ts';
+} from '../../src/diagnostics/index.ts';
 
 const SHA = 'a'.repeat(64);
 

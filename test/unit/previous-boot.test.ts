@@ -8,8 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { PREVIOUS_BOOT_WINDOW_MS } from '../../src/monitors/kernel-log/rules.ts';
+import { KernelLogClassifier, PREVIOUS_BOOT_WINDOW_MS } from '../../src/monitors/index.ts';
 import { paths } from '../../scripts/gen-catalog.ts';
 import { replayText } from '../helpers/corpus.ts';
 

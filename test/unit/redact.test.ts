@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { REDACTED, isSecretKey, redactText } from '../../src/diagnostics/redact.ts';
+import { REDACTED, isSecretKey, redactText } from '../../src/diagnostics/index.ts';
 
 /** Each secret must be gone from the output and each kept string still there. */
 function check(input: string, secrets: string[], kept: string[] = []): string {

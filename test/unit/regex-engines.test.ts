@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { compileNative, NATIVE_MAX_PATTERNS, nativeSource, UserRegex } from '../../src/config/regex.ts';
+import { compileNative, NATIVE_MAX_PATTERNS, nativeSource, UserRegex } from '../../src/config/index.ts';
 import { ADVERSARIAL, BLOW_UP } from '../../bench/userrules.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

@@ -4,11 +4,11 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import type { EmittedFinding } from '../../src/api/types.ts';
-import { parseConfig } from '../../src/config/load.ts';
-import { loadNpdConfig, type NpdConfig } from '../../src/monitors/kernel-log/npd.ts';
+import type { EmittedFinding } from '../../src/api/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { loadNpdConfig, type NpdConfig } from '../../src/monitors/index.ts';
 import { LineSplitter, LogReplay, replayStream, type ReplaySummary } from '../../src/pipeline/index.ts';
-import { lineKind, lineTime } from '../../src/sources/kmsg/parse.ts';
+import { lineKind, lineTime } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const DAY = 86_400;

@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { WorkQueue, type QueueClock, type RunRecord } from '../../src/scheduler/work-queue.ts';
-import { abortReason } from '../../src/util/errors.ts';
+import { WorkQueue, type QueueClock, type RunRecord } from '../../src/scheduler/index.ts';
+import { abortReason } from '../../src/util/index.ts';
 
 /** A manual clock: timers fire only when the test advances time. */
 class FakeClock implements QueueClock {

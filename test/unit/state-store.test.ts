@@ -10,8 +10,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Registry } from 'prom-client';
 import { StateDirLockedError, StateStore, type PersistedState, type StateStoreOptions } from '../../src/state/index.ts';
-import { readBootId } from '../../src/util/boot-id.ts';
-import { KmsgReader, type KmsgIo } from '../../src/sources/kmsg/reader.ts';
+import { readBootId } from '../../src/util/index.ts';
+import { KmsgReader, type KmsgIo } from '../../src/sources/index.ts';
 
 const BOOT = 'boot-aaaa';
 

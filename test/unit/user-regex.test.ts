@@ -5,9 +5,9 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DFA_MAX_MEM, MAX_PROGRAM_SIZE, UserRegex } from '../../src/config/regex.ts';
-import { Escalator } from '../../src/engine/escalation.ts';
-import { NpdMatcher, parseNpdConfig } from '../../src/monitors/kernel-log/npd.ts';
+import { DFA_MAX_MEM, MAX_PROGRAM_SIZE, UserRegex } from '../../src/config/index.ts';
+import { Escalator } from '../../src/engine/index.ts';
+import { NpdMatcher, parseNpdConfig } from '../../src/monitors/index.ts';
 
 test('a configured pattern gives numbered and named groups, undefined for a group that did not take part (as in JavaScript), and the match index', () => {
   const m = UserRegex.compile('mlx5_core (?<pci>\\S+): (warn)?(Fatal)').exec('kern: mlx5_core 0000:3b:00.0: Fatal');

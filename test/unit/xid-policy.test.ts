@@ -5,14 +5,19 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Finding } from '../../src/api/types.ts';
+import type { Finding } from '../../src/api/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
-import { eventFindings } from '../../src/monitors/gpu/checks.ts';
-import { gpuConfigSchema, type GpuConfigInput } from '../../src/monitors/gpu/config.ts';
-import type { GpuInfo } from '../../src/monitors/gpu/inventory.ts';
-import { KernelLogClassifier } from '../../src/monitors/kernel-log/classify.ts';
-import { DEFAULT_FATAL_XIDS, decideXid, xidDetailFromText } from '../../src/monitors/xid/policy.ts';
-import type { NvmlEvent } from '../../src/sources/nvml/protocol.ts';
+import {
+  eventFindings,
+  gpuConfigSchema,
+  type GpuConfigInput,
+  type GpuInfo,
+  KernelLogClassifier,
+  DEFAULT_FATAL_XIDS,
+  decideXid,
+  xidDetailFromText,
+} from '../../src/monitors/index.ts';
+import type { NvmlEvent } from '../../src/sources/index.ts';
 
 const T0 = 1_700_000_000_000;
 const GPU: GpuInfo = {
