@@ -3,7 +3,7 @@ import type { VigilConfig } from '../config/load.ts';
 import { readConfigText } from '../config/read-file.ts';
 import { parseUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
 import { parseNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, VigilError } from '../util/errors.ts';
 
 /** All rule files together: each is capped by readConfigText, and their number by the schema. */
 export const MAX_RULE_BYTES_TOTAL = 1024 * 1024;
@@ -49,7 +49,7 @@ export function loadRuleFiles(config: VigilConfig): RuleFiles {
       errors.push(errorMessage(err));
     }
   }
-  if (errors.length) throw new Error(errors.join('\n'));
+  if (errors.length) throw new VigilError('VIGIL_E_RULE_FILES', errors.join('\n'));
   const npdRules = npd.reduce((n, c) => n + c.rules.length, 0);
   return { userRules, npd, summary: `${userRules.length} user rules, ${npd.length} NPD files with ${npdRules} rules` };
 }

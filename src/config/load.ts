@@ -3,16 +3,15 @@
  * errors are reported at once.
  */
 import YAML from 'yaml';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, VigilError } from '../util/errors.ts';
 import { MAX_CONFIG_FILE_BYTES, readConfigText } from './read-file.ts';
 import { configSchema, type VigilConfig } from './schema.ts';
 
 export type { VigilConfig };
 
-export class ConfigError extends Error {
-  readonly code = 'VIGIL_CONFIG_INVALID';
+export class ConfigError extends VigilError {
   constructor(message: string) {
-    super(message);
+    super('VIGIL_E_CONFIG', message);
     this.name = 'ConfigError';
   }
 }

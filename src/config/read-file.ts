@@ -5,17 +5,17 @@
  * files are far smaller: the fully commented example configuration is under 10 KiB.
  */
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, VigilError } from '../util/errors.ts';
 
 /** The most a configuration, user rule or NPD file may hold. */
 export const MAX_CONFIG_FILE_BYTES = 128 * 1024;
 
-export class FileTooLargeError extends Error {
+export class FileTooLargeError extends VigilError {
   constructor(
     readonly bytes: number | undefined,
     readonly limit: number,
   ) {
-    super(`too large: ${bytes === undefined ? 'more than' : `${bytes} bytes,`} the limit is ${limit / 1024} KiB`);
+    super('VIGIL_E_FILE_TOO_LARGE', `too large: ${bytes === undefined ? 'more than' : `${bytes} bytes,`} the limit is ${limit / 1024} KiB`);
     this.name = 'FileTooLargeError';
   }
 }
@@ -30,11 +30,11 @@ export function readConfigText(file: string, limit = MAX_CONFIG_FILE_BYTES): str
   try {
     fd = openSync(file, 'r');
   } catch (err) {
-    throw new Error(`cannot read: ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_FILE_UNREADABLE', `cannot read: ${errorMessage(err)}`, { cause: err });
   }
   try {
     const st = fstatSync(fd);
-    if (st.isDirectory()) throw new Error('cannot read: is a directory');
+    if (st.isDirectory()) throw new VigilError('VIGIL_E_FILE_UNREADABLE', 'cannot read: is a directory');
     if (st.isFile() && st.size > limit) throw new FileTooLargeError(st.size, limit);
     const buf = Buffer.allocUnsafe(limit + 1);
     let off = 0;
@@ -43,7 +43,7 @@ export function readConfigText(file: string, limit = MAX_CONFIG_FILE_BYTES): str
       try {
         n = readSync(fd, buf, off, buf.length - off, null);
       } catch (err) {
-        throw new Error(`cannot read: ${errorMessage(err)}`, { cause: err });
+        throw new VigilError('VIGIL_E_FILE_UNREADABLE', `cannot read: ${errorMessage(err)}`, { cause: err });
       }
       if (n === 0) break;
       off += n;

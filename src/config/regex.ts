@@ -18,7 +18,7 @@
 import { createRequire } from 'node:module';
 import { RE2JS } from 're2js';
 import * as z from 'zod';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, VigilError } from '../util/errors.ts';
 
 /**
  * Compiled instructions a pattern may take (real rules take 20 to 100). Matching a line that keeps
@@ -198,7 +198,7 @@ function re2Flags(flags: string): number {
   let bits = 0;
   for (const f of flags) {
     const bit = FLAG_BITS[f];
-    if (bit === undefined) throw new Error(`unsupported flag "${f}" (only i, m, s and u)`);
+    if (bit === undefined) throw new VigilError('VIGIL_E_PATTERN', `unsupported flag "${f}" (only i, m, s and u)`);
     bits |= bit;
   }
   return bits;
@@ -229,11 +229,12 @@ export class UserRegex {
     try {
       re = RE2JS.compile(pattern, re2Flags(flags));
     } catch (err) {
-      throw new Error(syntaxProblem(errorMessage(err)), { cause: err });
+      throw new VigilError('VIGIL_E_PATTERN', syntaxProblem(errorMessage(err)), { cause: err });
     }
     const size = re.programSize();
     if (size > MAX_PROGRAM_SIZE) {
-      throw new Error(
+      throw new VigilError(
+        'VIGIL_E_PATTERN',
         `pattern too large: ${size} compiled instructions, at most ${MAX_PROGRAM_SIZE} (large counted repetitions such as {100} multiply it): split it into several rules`,
       );
     }

@@ -18,7 +18,7 @@ import { create as createTar } from 'tar';
 import { loadConfig, parseConfig, type VigilConfig } from '../config/index.ts';
 import { execBounded, hostPath, readFileSmall } from '../sources/host/index.ts';
 import { parseDuration } from '../util/duration.ts';
-import { errorCode, errorMessage } from '../util/errors.ts';
+import { errorCode, errorMessage, VigilError } from '../util/errors.ts';
 import { makeDirs } from '../util/make-dirs.ts';
 import { VERSION } from '../util/version.ts';
 import {
@@ -74,7 +74,10 @@ export function allCollectors(): Collector[] {
 export function parseCategories(list: readonly string[]): DiagnosticCategory[] {
   const bad = list.filter((c) => !(DIAGNOSTIC_CATEGORIES as readonly string[]).includes(c));
   if (bad.length)
-    throw new Error(`unknown categor${bad.length > 1 ? 'ies' : 'y'} ${bad.join(', ')}; known: ${DIAGNOSTIC_CATEGORIES.join(', ')}`);
+    throw new VigilError(
+      'VIGIL_E_DIAGNOSTICS_REQUEST',
+      `unknown categor${bad.length > 1 ? 'ies' : 'y'} ${bad.join(', ')}; known: ${DIAGNOSTIC_CATEGORIES.join(', ')}`,
+    );
   return DIAGNOSTIC_CATEGORIES.filter((c) => list.includes(c));
 }
 
@@ -85,14 +88,14 @@ function commandsFromEnv(): Record<string, string[]> {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new Error(`${COMMANDS_ENV}: not valid JSON: ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_DIAGNOSTICS_REQUEST', `${COMMANDS_ENV}: not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
-    throw new Error(`${COMMANDS_ENV}: expected an object of name -> argv`);
+    throw new VigilError('VIGIL_E_DIAGNOSTICS_REQUEST', `${COMMANDS_ENV}: expected an object of name -> argv`);
   const out: Record<string, string[]> = {};
   for (const [name, argv] of Object.entries(parsed)) {
     if (!Array.isArray(argv) || !argv.length || !argv.every((a) => typeof a === 'string'))
-      throw new Error(`${COMMANDS_ENV}: ${name}: expected a non-empty array of strings`);
+      throw new VigilError('VIGIL_E_DIAGNOSTICS_REQUEST', `${COMMANDS_ENV}: ${name}: expected a non-empty array of strings`);
     out[name] = argv;
   }
   return out;
@@ -110,12 +113,16 @@ export function resolveCapture(opts: CaptureOptions, scratchDir: string): Resolv
     config = parseConfig('{}', 'defaults');
   }
   const sinceMs = parseDuration(opts.since ?? CAPTURE_DEFAULTS.since);
-  if (sinceMs === undefined) throw new Error(`since: ${JSON.stringify(opts.since)} is not a duration (e.g. 30m, 2h)`);
+  if (sinceMs === undefined)
+    throw new VigilError('VIGIL_E_DIAGNOSTICS_REQUEST', `since: ${JSON.stringify(opts.since)} is not a duration (e.g. 30m, 2h)`);
   const commands = { ...commandsFromEnv(), ...opts.commands };
   for (const name of Object.keys(commands)) {
     const category = name.split('/')[0];
     if (!(DIAGNOSTIC_CATEGORIES as readonly string[]).includes(category))
-      throw new Error(`command override ${name}: the name must start with a category (${DIAGNOSTIC_CATEGORIES.join(', ')})`);
+      throw new VigilError(
+        'VIGIL_E_DIAGNOSTICS_REQUEST',
+        `command override ${name}: the name must start with a category (${DIAGNOSTIC_CATEGORIES.join(', ')})`,
+      );
   }
   const hostRoot = opts.hostRoot ?? config.monitors.hostRoot;
   return {

@@ -27,6 +27,7 @@ import {
   type LogFormat,
   type LogLine,
 } from '../sources/kmsg/parse.ts';
+import { VigilError } from '../util/errors.ts';
 import { createPipeline } from './pipeline.ts';
 import { allConditions, declaredConditions, engineSettings, kernelLogClassifierOptions } from './settings.ts';
 
@@ -66,7 +67,11 @@ export interface ReplaySummary {
 }
 
 /** The input is not a text log. */
-export class NotTextError extends Error {}
+export class NotTextError extends VigilError {
+  constructor(message: string) {
+    super('VIGIL_E_SCAN_NOT_TEXT', message);
+  }
+}
 
 export class LogReplay {
   readonly engine: Engine;

@@ -11,6 +11,7 @@
  *   run settles, so a stuck check never piles up.
  */
 import { Gauge, Counter, type Registry } from 'prom-client';
+import { VigilError } from '../util/errors.ts';
 
 export type CheckStatus = 'ok' | 'fault' | 'skipped' | 'error' | 'timeout';
 export const CHECK_STATUSES: readonly CheckStatus[] = ['ok', 'fault', 'skipped', 'error', 'timeout'];
@@ -64,8 +65,11 @@ export interface WorkQueueOptions {
   onRun?: (record: RunRecord) => void;
 }
 
-class CheckTimeoutError extends Error {
+class CheckTimeoutError extends VigilError {
   override readonly name = 'CheckTimeoutError';
+  constructor(message: string) {
+    super('VIGIL_E_CHECK_TIMEOUT', message);
+  }
 }
 
 interface Entry {

@@ -46,7 +46,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { EngineSnapshot } from '../engine/engine.ts';
 import type { PersistedGpuBaselines } from '../monitors/gpu/baselines.ts';
 import { EINTR, EWOULDBLOCK, LOCK_EX, LOCK_NB, libc } from '../native/index.ts';
-import { errorCode, errorMessage } from '../util/errors.ts';
+import { errorCode, errorMessage, VigilError } from '../util/errors.ts';
 
 export interface PersistedState {
   version: 1;
@@ -87,12 +87,13 @@ export interface LoadResult {
 }
 
 /** Another process holds the state directory's lock. */
-export class StateDirLockedError extends Error {
+export class StateDirLockedError extends VigilError {
   constructor(
     readonly dir: string,
     readonly pid: number | undefined,
   ) {
     super(
+      'VIGIL_E_STATE_DIR_LOCKED',
       `state directory ${dir} is in use by another Vigil agent (${pid ? `pid ${pid}` : 'pid unknown'}, holding ` +
         `${path.join(dir, LOCK_FILE)}); stop that agent or give this one its own --state-dir`,
     );
@@ -332,7 +333,7 @@ export class StateStore {
           const pid = Number(readText(this.lockFile)?.trim());
           throw new StateDirLockedError(this.dir, Number.isInteger(pid) && pid > 0 ? pid : undefined);
         }
-        throw new Error(`cannot lock ${this.lockFile}: flock failed with errno ${errno}`);
+        throw new VigilError('VIGIL_E_STATE_DIR_LOCK_FAILED', `cannot lock ${this.lockFile}: flock failed with errno ${errno}`);
       }
       this.writePid(fd);
       return fd;

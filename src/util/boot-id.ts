@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { errorMessage } from './errors.ts';
+import { errorMessage, VigilError } from './errors.ts';
 
 export const BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id';
 
@@ -13,10 +13,14 @@ export function readBootId(file = BOOT_ID_FILE): string {
   try {
     id = readFileSync(file, 'utf8').trim();
   } catch (err) {
-    throw new Error(`cannot read the boot id from ${file} (${errorMessage(err)}); Vigil needs it to tell a reboot from a restart`, {
-      cause: err,
-    });
+    throw new VigilError(
+      'VIGIL_E_BOOT_ID',
+      `cannot read the boot id from ${file} (${errorMessage(err)}); Vigil needs it to tell a reboot from a restart`,
+      {
+        cause: err,
+      },
+    );
   }
-  if (!id) throw new Error(`the boot id in ${file} is empty; Vigil needs it to tell a reboot from a restart`);
+  if (!id) throw new VigilError('VIGIL_E_BOOT_ID', `the boot id in ${file} is empty; Vigil needs it to tell a reboot from a restart`);
   return id;
 }

@@ -2,6 +2,7 @@
 import type { VigilConfig } from '../../config/index.ts';
 import type { ExecResult } from '../../sources/host/index.ts';
 import type { DiagnosticCategory } from '../bundle.ts';
+import { VigilError } from '../../util/errors.ts';
 
 /** The capture's options with every default filled in. */
 export interface ResolvedCapture {
@@ -67,9 +68,9 @@ export interface Collector {
   run(ctx: CollectorContext): Promise<CollectorOutput>;
 }
 
-export class MissingToolError extends Error {
+export class MissingToolError extends VigilError {
   constructor(readonly tool: string) {
-    super(`${tool} is not installed`);
+    super('VIGIL_E_DIAGNOSTICS_TOOL_MISSING', `${tool} is not installed`);
     this.name = 'MissingToolError';
   }
 }

@@ -8,6 +8,7 @@
  */
 import dns from 'node:dns';
 import net from 'node:net';
+import { VigilError } from '../../util/errors.ts';
 
 export interface DestinationPolicy {
   /** Host names or IP addresses (exact, case-insensitive) exempt from the address checks. */
@@ -30,7 +31,11 @@ export const systemResolver: Resolver = async (host) =>
   (await dns.promises.lookup(host, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
 
 /** A destination refused by policy: nothing was sent. Its message names no URL, only why. */
-export class DestinationRefused extends Error {}
+export class DestinationRefused extends VigilError {
+  constructor(message: string) {
+    super('VIGIL_E_UPLOAD_DESTINATION_REFUSED', message);
+  }
+}
 
 export interface CheckedDestination {
   url: URL;

@@ -12,7 +12,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { pipeline } from 'node:stream/promises';
 import { Backoff } from '../../sinks/kubernetes/backoff.ts';
-import { errorMessage } from '../../util/errors.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 import { checkDestination, DestinationRefused, type DestinationPolicy, type Resolver } from './destination.ts';
 
 export interface UploadOptions {
@@ -43,7 +43,12 @@ export interface UploadResult {
   refused?: string;
 }
 
-class Permanent extends Error {}
+/** An HTTP answer retrying cannot change. */
+class Permanent extends VigilError {
+  constructor(message: string) {
+    super('VIGIL_E_UPLOAD_REJECTED', message);
+  }
+}
 
 export async function uploadFile(file: string, url: string, o: UploadOptions = {}): Promise<UploadResult> {
   const attempts = o.attempts ?? 5;
@@ -78,12 +83,12 @@ export async function uploadFile(file: string, url: string, o: UploadOptions = {
   return { ok: false, attempts, errors };
 }
 
-class RetryAfter extends Error {
+class RetryAfter extends VigilError {
   constructor(
     message: string,
     readonly ms: number | undefined,
   ) {
-    super(message);
+    super('VIGIL_E_UPLOAD_RETRYABLE', message);
   }
 }
 

@@ -447,13 +447,13 @@ export class GpuMonitor implements Monitor {
     }
     if (
       err instanceof NvmlError &&
-      (err.fn === 'nvmlInit_v2' || err.code === NVML_RETURN.UNINITIALIZED || err.code === NVML_RETURN.DRIVER_NOT_LOADED)
+      (err.fn === 'nvmlInit_v2' || err.rc === NVML_RETURN.UNINITIALIZED || err.rc === NVML_RETURN.DRIVER_NOT_LOADED)
     ) {
       // Init failing (driver not loaded, or upgraded without a reboot: LIB_RM_VERSION_MISMATCH) is
       // a monitoring failure, not a GPU fault: Unknown with the cause, never False (no node
       // replaced for a fleet-wide driver rollout). Each poll tries again.
       this.pollClient.reset('init-failed');
-      const detail = err.fn === 'nvmlInit_v2' ? initFailureDetail(err.code) : err.message;
+      const detail = err.fn === 'nvmlInit_v2' ? initFailureDetail(err.rc) : err.message;
       const message = `${n} NVIDIA GPU${n === 1 ? ' is' : 's are'} on the PCI bus but NVML cannot be initialised: ${detail}`;
       if (this.unusableReason !== message || this.sourceUp !== false) this.log({ err: detail }, 'NVML unusable');
       this.reportSource(false, message);
@@ -681,7 +681,7 @@ export class GpuMonitor implements Monitor {
           readyNow();
           this.eventClient = null;
           this.eventStatus = { ...this.eventStatus, status: 'failed', detail: err.message };
-          if (err instanceof NvmlError && err.code === RC_MISSING_SYMBOL) {
+          if (err instanceof NvmlError && err.rc === RC_MISSING_SYMBOL) {
             // Symbols missing from an older driver: polls still run; no point retrying.
             this.log({ err: err.message }, 'NVML events unavailable in this library; relying on polls');
             return;

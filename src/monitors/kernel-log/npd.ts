@@ -18,7 +18,7 @@ import { CONDITION_TYPES } from '../../api/types.ts';
 import { ruleReason } from '../../catalog/index.ts';
 import { parseDuration } from '../../util/duration.ts';
 import { UserRegex } from '../../config/regex.ts';
-import { errorMessage } from '../../util/errors.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 
 /** A condition type an NPD file declares, with its healthy reason and message. */
 export interface NpdCondition {
@@ -75,17 +75,18 @@ export function goRegexToJs(pattern: string): { source: string; flags: string } 
   let flags = '';
   const lead = /^\(\?([imsU]+)\)/.exec(src);
   if (lead) {
-    if (lead[1].includes('U')) throw new Error('the ungreedy flag (?U) has no JS equivalent');
+    if (lead[1].includes('U')) throw new VigilError('VIGIL_E_NPD_CONFIG', 'the ungreedy flag (?U) has no JS equivalent');
     flags = [...new Set(lead[1].split(''))].join('');
     src = src.slice(lead[0].length);
   }
-  if (/\(\?[imsU-]+[:)]/.test(src)) throw new Error('inline flag groups other than a leading (?flags) are not supported');
+  if (/\(\?[imsU-]+[:)]/.test(src))
+    throw new VigilError('VIGIL_E_NPD_CONFIG', 'inline flag groups other than a leading (?flags) are not supported');
   src = src.replace(/\\Q([\s\S]*?)(?:\\E|$)/g, (_m, lit: string) => lit.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&'));
   src = src.replace(/\(\?P</g, '(?<');
   src = src.replace(/\[:(\^?)(\w+):\]/g, (m, neg: string, name: string) => {
     const cls = POSIX[name];
-    if (!cls) throw new Error(`unknown POSIX class [:${name}:]`);
-    if (neg) throw new Error(`negated POSIX class [:^${name}:] is not supported`);
+    if (!cls) throw new VigilError('VIGIL_E_NPD_CONFIG', `unknown POSIX class [:${name}:]`);
+    if (neg) throw new VigilError('VIGIL_E_NPD_CONFIG', `negated POSIX class [:^${name}:] is not supported`);
     return cls;
   });
   src = src.replace(/\\z/g, '(?![\\s\\S])').replace(/\\A/g, '(?<![\\s\\S])');
@@ -117,12 +118,12 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new Error(`${file}: invalid JSON: ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: invalid JSON: ${errorMessage(err)}`, { cause: err });
   }
-  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${file}: expected a JSON object`);
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: expected a JSON object`);
   const o = raw as Record<string, unknown>;
   const str = (key: string, v: unknown, where = file): string => {
-    if (typeof v !== 'string') throw new Error(`${where}: field "${key}": expected a string`);
+    if (typeof v !== 'string') throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "${key}": expected a string`);
     return v;
   };
   const optStr = (key: string): string | undefined => (o[key] === undefined ? undefined : str(key, o[key]));
@@ -130,38 +131,39 @@ export function parseNpdConfig(text: string, file: string): NpdConfig {
   const plugin = optStr('plugin') ?? 'kmsg';
   // Vigil reads the kernel log only; rules written for another log must not run on it.
   if (plugin !== 'kmsg') {
-    throw new Error(
+    throw new VigilError(
+      'VIGIL_E_NPD_CONFIG',
       `${file}: field "plugin": "${plugin}" is not supported: Vigil runs NPD system-log-monitor files on the kernel log ` +
         '(/dev/kmsg) only, so only "plugin": "kmsg" files can be loaded',
     );
   }
   const bufferSize = o.bufferSize === undefined ? 10 : o.bufferSize;
   if (typeof bufferSize !== 'number' || !Number.isInteger(bufferSize) || bufferSize < 1 || bufferSize > 1000) {
-    throw new Error(`${file}: field "bufferSize": expected an integer from 1 to 1000`);
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: field "bufferSize": expected an integer from 1 to 1000`);
   }
   const dur = (key: string): number | undefined => {
     const v = optStr(key);
     if (v === undefined || v === '') return undefined;
     const ms = parseDuration(v);
-    if (ms === undefined) throw new Error(`${file}: field "${key}": invalid duration "${v}"`);
+    if (ms === undefined) throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: field "${key}": invalid duration "${v}"`);
     return ms;
   };
   const skip = o.skipList ?? [];
   if (!Array.isArray(skip) || skip.some((s) => typeof s !== 'string'))
-    throw new Error(`${file}: field "skipList": expected a list of strings`);
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: field "skipList": expected a list of strings`);
 
   const condList = o.conditions ?? [];
-  if (!Array.isArray(condList)) throw new Error(`${file}: field "conditions": expected a list`);
+  if (!Array.isArray(condList)) throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: field "conditions": expected a list`);
   const conditions: NpdCondition[] = condList.map((c, i) => {
     const where = `${file}: conditions[${i}]`;
-    if (!c || typeof c !== 'object') throw new Error(`${where}: expected an object`);
+    if (!c || typeof c !== 'object') throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: expected an object`);
     const cc = c as Record<string, unknown>;
     return { type: str('type', cc.type, where), reason: str('reason', cc.reason, where), message: str('message', cc.message ?? '', where) };
   });
   const declared = new Set<string>([...conditions.map((c) => c.type), ...CONDITION_TYPES]);
 
   const ruleList = o.rules ?? [];
-  if (!Array.isArray(ruleList)) throw new Error(`${file}: field "rules": expected a list`);
+  if (!Array.isArray(ruleList)) throw new VigilError('VIGIL_E_NPD_CONFIG', `${file}: field "rules": expected a list`);
   const rules = ruleList.map((r, i) => compileNpdRule(r, i, file, declared));
 
   const cfg: NpdConfig = {
@@ -190,29 +192,33 @@ export function loadNpdConfig(file: string): NpdConfig {
 function compileNpdRule(raw: unknown, i: number, file: string, declared: Set<string>): NpdRule {
   const o = (raw && typeof raw === 'object' ? raw : {}) as Record<string, unknown>;
   const where = `${file}: rules[${i}]${typeof o.reason === 'string' ? ` (${o.reason})` : ''}`;
-  if (!raw || typeof raw !== 'object') throw new Error(`${where}: expected an object`);
-  if (o.type !== 'temporary' && o.type !== 'permanent') throw new Error(`${where}: field "type": expected "temporary" or "permanent"`);
-  if (typeof o.reason !== 'string' || o.reason === '') throw new Error(`${where}: field "reason": expected a non-empty string`);
-  if (typeof o.pattern !== 'string' || o.pattern === '') throw new Error(`${where}: field "pattern": expected a non-empty string`);
+  if (!raw || typeof raw !== 'object') throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: expected an object`);
+  if (o.type !== 'temporary' && o.type !== 'permanent')
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "type": expected "temporary" or "permanent"`);
+  if (typeof o.reason !== 'string' || o.reason === '')
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "reason": expected a non-empty string`);
+  if (typeof o.pattern !== 'string' || o.pattern === '')
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "pattern": expected a non-empty string`);
   let re: UserRegex;
   try {
     // NPD matches `pattern + \z` with Go's RE2; so does this, with the same engine's port.
     re = UserRegex.compile(`(?:${o.pattern})\\z`, '', { native: true });
   } catch (err) {
-    throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
   }
   const rule: NpdRule = { type: o.type, reason: o.reason, pattern: o.pattern, re, multiline: goMayMatchNewline(o.pattern) };
   if (o.condition !== undefined && o.condition !== '') {
-    if (typeof o.condition !== 'string') throw new Error(`${where}: field "condition": expected a string`);
+    if (typeof o.condition !== 'string') throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "condition": expected a string`);
     rule.condition = o.condition;
   }
   if (o.type === 'permanent') {
-    if (!rule.condition) throw new Error(`${where}: field "condition": required for a permanent rule`);
-    if (!declared.has(rule.condition)) throw new Error(`${where}: field "condition": ${rule.condition} is not declared in "conditions"`);
+    if (!rule.condition) throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "condition": required for a permanent rule`);
+    if (!declared.has(rule.condition))
+      throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "condition": ${rule.condition} is not declared in "conditions"`);
   }
   if (o.patternGeneratedMessageSuffix !== undefined) {
     if (typeof o.patternGeneratedMessageSuffix !== 'string')
-      throw new Error(`${where}: field "patternGeneratedMessageSuffix": expected a string`);
+      throw new VigilError('VIGIL_E_NPD_CONFIG', `${where}: field "patternGeneratedMessageSuffix": expected a string`);
     if (o.patternGeneratedMessageSuffix) rule.suffix = o.patternGeneratedMessageSuffix;
   }
   return rule;

@@ -24,7 +24,7 @@ import type { ConditionType, Recovery, RuleReasonName, Severity } from '../../ap
 import { lookupReason, ruleReason } from '../../catalog/index.ts';
 import { durationValue, positiveDurationValue } from '../../config/index.ts';
 import { UserRegex } from '../../config/regex.ts';
-import { errorMessage } from '../../util/errors.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 
 /** A validated, compiled user rule. */
 export interface UserRule {
@@ -71,14 +71,14 @@ export function parseUserRules(text: string, file: string): UserRule[] {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new Error(`${file}: invalid YAML: ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_USER_RULE', `${file}: invalid YAML: ${errorMessage(err)}`, { cause: err });
   }
   if (doc === null || doc === undefined) return [];
   let list: unknown;
   if (Array.isArray(doc)) list = doc;
   else if (typeof doc === 'object' && Object.keys(doc).every((k) => k === 'rules')) list = (doc as { rules?: unknown }).rules ?? [];
-  else throw new Error(`${file}: expected a list of rules or an object with only the key "rules"`);
-  if (!Array.isArray(list)) throw new Error(`${file}: field "rules": expected a list`);
+  else throw new VigilError('VIGIL_E_USER_RULE', `${file}: expected a list of rules or an object with only the key "rules"`);
+  if (!Array.isArray(list)) throw new VigilError('VIGIL_E_USER_RULE', `${file}: field "rules": expected a list`);
   return list.map((raw, i) => compileRule(raw, i, file));
 }
 
@@ -95,12 +95,14 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
     const name = raw && typeof raw === 'object' ? (raw as { name?: unknown }).name : undefined;
     if (issue.code === 'unrecognized_keys') {
       const at = issue.path.length ? `${issue.path.join('.')}.` : '';
-      throw new Error(
+      throw new VigilError(
+        'VIGIL_E_USER_RULE',
         `${label(name)}: unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${at}${k}"`).join(', ')}`,
       );
     }
-    if (issue.path.length === 0) throw new Error(`${label(name)}: expected a mapping with at least "pattern" and "reason"`);
-    throw new Error(`${label(name)}: field "${issue.path.join('.')}": ${issue.message}`);
+    if (issue.path.length === 0)
+      throw new VigilError('VIGIL_E_USER_RULE', `${label(name)}: expected a mapping with at least "pattern" and "reason"`);
+    throw new VigilError('VIGIL_E_USER_RULE', `${label(name)}: field "${issue.path.join('.')}": ${issue.message}`);
   }
   const d: RawRule = r.data;
   const where = label(d.name);
@@ -109,11 +111,13 @@ function compileRule(raw: unknown, i: number, file: string): UserRule {
   try {
     re = UserRegex.compile(d.pattern, d.flags ?? '', { native: true });
   } catch (err) {
-    throw new Error(`${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
+    throw new VigilError('VIGIL_E_USER_RULE', `${where}: field "pattern": ${errorMessage(err)}`, { cause: err });
   }
   const known = lookupReason(d.reason);
-  if (!known && !d.severity) throw new Error(`${where}: field "severity": required because reason ${d.reason} is not in the catalog`);
-  if (!known && !d.condition) throw new Error(`${where}: field "condition": required because reason ${d.reason} is not in the catalog`);
+  if (!known && !d.severity)
+    throw new VigilError('VIGIL_E_USER_RULE', `${where}: field "severity": required because reason ${d.reason} is not in the catalog`);
+  if (!known && !d.condition)
+    throw new VigilError('VIGIL_E_USER_RULE', `${where}: field "condition": required because reason ${d.reason} is not in the catalog`);
   const rule: UserRule = { name: d.name ?? `rule-${i}`, file, re, reason: ruleReason(d.reason) };
   if (d.contains !== undefined) rule.contains = typeof d.contains === 'string' ? [d.contains] : d.contains;
   if (d.severity) rule.severity = d.severity;

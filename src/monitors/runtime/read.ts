@@ -6,7 +6,7 @@ import { exists } from '../../sources/host/read.ts';
 import { hostPath } from '../../sources/host/paths.ts';
 import type { ExecFn } from '../../sources/host/exec.ts';
 import { parseSystemctlShow, type ProbeResult, type UnitState } from './checks.ts';
-import { errorCode, errorMessage } from '../../util/errors.ts';
+import { errorCode, errorMessage, VigilError } from '../../util/errors.ts';
 
 const code = (err: unknown) => errorCode(err) ?? errorMessage(err);
 
@@ -116,7 +116,7 @@ export async function readUnits(
     signal,
     env,
   });
-  if (r.timedOut) throw new Error(`systemctl show timed out after ${timeoutMs}ms`);
-  if (r.code !== 0) throw new Error(`systemctl show exited ${r.code}: ${r.stderr.trim().slice(0, 200)}`);
+  if (r.timedOut) throw new VigilError('VIGIL_E_SYSTEMCTL', `systemctl show timed out after ${timeoutMs}ms`);
+  if (r.code !== 0) throw new VigilError('VIGIL_E_SYSTEMCTL', `systemctl show exited ${r.code}: ${r.stderr.trim().slice(0, 200)}`);
   return parseSystemctlShow(r.stdout);
 }

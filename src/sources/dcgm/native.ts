@@ -5,7 +5,7 @@
  * the C double's _Static_asserts (native/fake-dcgm).
  */
 import koffi from 'koffi';
-import { errorMessage } from '../../util/errors.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 import { DCGM_FUNCTION_NAMES, type DcgmFnName } from './protocol.ts';
 
 /** MAKE_DCGM_VERSION(type, ver): sizeof(type) | ver << 24. */
@@ -44,8 +44,11 @@ export type DcgmCall = (...args: unknown[]) => unknown;
 export type DcgmApi = Record<DcgmFnName | 'dcgmErrorString', DcgmCall>;
 
 /** The DCGM library could not be opened, or lacks a symbol Vigil needs. */
-export class DcgmLoadError extends Error {
+export class DcgmLoadError extends VigilError {
   override readonly name = 'DcgmLoadError';
+  constructor(message: string) {
+    super('VIGIL_E_DCGM_LOAD', message);
+  }
 }
 
 export function loadDcgm(libraryPath: string): DcgmApi {

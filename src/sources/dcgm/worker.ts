@@ -8,7 +8,7 @@
  * event loop, so nothing here may block waiting (the connection probe is a short timer call).
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { errorMessage } from '../../util/errors.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 import { CTL_BUSY, CTL_FN, CTL_SEQ } from '../nvml/protocol.ts';
 import {
   CALLBACK_RESPONSE_V2,
@@ -41,13 +41,13 @@ const init = workerData as DcgmWorkerInit;
 const ctl = new Int32Array(init.control);
 const post = (m: DcgmMessage) => parentPort!.postMessage(m);
 
-class DcgmCallError extends Error {
+class DcgmCallError extends VigilError {
   constructor(
     readonly fn: DcgmFnName,
     readonly rc: number,
     detail: string,
   ) {
-    super(`${fn} returned DCGM_ST_${dcgmReturnName(rc)} (${rc}): ${detail}`);
+    super('VIGIL_E_DCGM_CALL', `${fn} returned DCGM_ST_${dcgmReturnName(rc)} (${rc}): ${detail}`);
   }
 }
 

@@ -30,6 +30,7 @@ import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { DFA_MAX_MEM, nativeRe2Path } from '../../config/regex.ts';
 import { libc, pollWorkerLibc } from '../../native/index.ts';
+import { VigilError } from '../../util/errors.ts';
 
 /**
  * A pattern that keeps a record from being shed: a built-in RegExp, or a configured pattern in RE2
@@ -224,7 +225,7 @@ export class ReadThread {
   ) {
     const c = libc();
     this.wakeFd = c.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (this.wakeFd < 0) throw new Error(`eventfd failed (errno ${c.errno()})`);
+    if (this.wakeFd < 0) throw new VigilError('VIGIL_E_KMSG_UNAVAILABLE', `eventfd failed (errno ${c.errno()})`);
     try {
       this.worker = new Worker(WORKER_SOURCE, {
         eval: true,

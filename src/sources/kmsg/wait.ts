@@ -16,7 +16,7 @@
  */
 import { closeSync, writeSync } from 'node:fs';
 import { libc } from '../../native/index.ts';
-import { toError } from '../../util/errors.ts';
+import { toError, VigilError } from '../../util/errors.ts';
 
 /** Fallback: re-check every `intervalMs` (only used when poll(2) through koffi is unavailable). `arm()` asks for one `onReady` call. */
 export class IntervalWaiter {
@@ -83,7 +83,7 @@ export class PollWaiter {
   ) {
     const c = libc();
     this.wakeFd = c.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (this.wakeFd < 0) throw new Error(`eventfd failed (errno ${c.errno()})`);
+    if (this.wakeFd < 0) throw new VigilError('VIGIL_E_KMSG_UNAVAILABLE', `eventfd failed (errno ${c.errno()})`);
     process.once('exit', this.onExit);
   }
 

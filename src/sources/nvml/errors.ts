@@ -2,6 +2,7 @@
  * nvmlReturn_t codes and the errors Vigil raises around NVML. Every code has a name so logs and
  * metrics never show a bare number.
  */
+import { VigilError } from '../../util/errors.ts';
 
 export const NVML_RETURN = {
   SUCCESS: 0,
@@ -64,45 +65,48 @@ export function isUnsupported(rc: number): boolean {
   return rc === NVML_RETURN.NOT_SUPPORTED || rc === RC_MISSING_SYMBOL || rc === NVML_RETURN.FUNCTION_NOT_FOUND;
 }
 
-/** An NVML call returned a non-success code. */
-export class NvmlError extends Error {
+/** An NVML call returned a non-success code (`rc`; `code` is Vigil's stable error code). */
+export class NvmlError extends VigilError {
   override readonly name = 'NvmlError';
   constructor(
     readonly fn: string,
-    readonly code: number,
+    readonly rc: number,
     detail?: string,
   ) {
-    super(`${fn} returned NVML_ERROR_${nvmlReturnName(code)} (${code})${detail ? `: ${detail}` : ''}`);
+    super('VIGIL_E_NVML_CALL', `${fn} returned NVML_ERROR_${nvmlReturnName(rc)} (${rc})${detail ? `: ${detail}` : ''}`);
   }
   get codeName(): string {
-    return nvmlReturnName(this.code);
+    return nvmlReturnName(this.rc);
   }
 }
 
 /** The NVML library could not be opened or lacks a symbol Vigil cannot work without. */
-export class NvmlLoadError extends Error {
+export class NvmlLoadError extends VigilError {
   override readonly name = 'NvmlLoadError';
   constructor(
     readonly libraryPath: string,
     message: string,
   ) {
-    super(message);
+    super('VIGIL_E_NVML_LOAD', message);
   }
 }
 
 /** An NVML call did not return within the watchdog budget; its worker thread was abandoned. */
-export class NvmlTimeoutError extends Error {
+export class NvmlTimeoutError extends VigilError {
   override readonly name = 'NvmlTimeoutError';
   constructor(
     readonly fn: string,
     readonly gpuIndex: number | null,
     readonly afterMs: number,
   ) {
-    super(`${fn}${gpuIndex === null ? '' : ` on GPU ${gpuIndex}`} did not return within ${afterMs} ms`);
+    super('VIGIL_E_NVML_TIMEOUT', `${fn}${gpuIndex === null ? '' : ` on GPU ${gpuIndex}`} did not return within ${afterMs} ms`);
   }
 }
 
 /** The worker thread died or was stopped while a request was pending. */
-export class NvmlWorkerGoneError extends Error {
+export class NvmlWorkerGoneError extends VigilError {
   override readonly name = 'NvmlWorkerGoneError';
+  constructor(message: string) {
+    super('VIGIL_E_NVML_WORKER_GONE', message);
+  }
 }

@@ -91,7 +91,7 @@ class Caller {
 }
 
 function serialize(err: unknown): SerializedError {
-  if (err instanceof NvmlError) return { name: err.name, message: err.message, fn: err.fn, code: err.code };
+  if (err instanceof NvmlError) return { name: err.name, message: err.message, fn: err.fn, code: err.rc };
   if (err instanceof NvmlLoadError) return { name: err.name, message: err.message, libraryPath: err.libraryPath };
   if (err instanceof Error) return { name: err.name, message: err.message };
   return { name: 'Error', message: String(err) };
