@@ -4,7 +4,7 @@
  */
 import { loadConfig } from '../config/load.ts';
 import { loadRuleFiles } from '../agent/rule-files.ts';
-import { errorMessage } from '../util/errors.ts';
+import { messageWithCode } from '../util/errors.ts';
 
 export function runCheckConfigCommand(file: string): number {
   try {
@@ -13,7 +13,7 @@ export function runCheckConfigCommand(file: string): number {
     process.stdout.write(`${file}: ok (${rules.summary})\n`);
     return 0;
   } catch (err) {
-    process.stderr.write(`${errorMessage(err)}\n`);
+    process.stderr.write(`${messageWithCode(err)}\n`);
     return 2;
   }
 }

@@ -13,7 +13,7 @@ import { nodeNameProblem } from '../config/node-name.ts';
 import { captureInChild, type CaptureOptions, type CollectorResult } from '../diagnostics/bundle.ts';
 import { CAPTURE_DEFAULTS, parseCategories } from '../diagnostics/collect.ts';
 import { parseDuration, timerLimitProblem } from '../util/duration.ts';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, messageWithCode } from '../util/errors.ts';
 import { makeDirs } from '../util/make-dirs.ts';
 
 export interface DiagnoseOptions {
@@ -69,7 +69,7 @@ export function captureOptions(opts: DiagnoseOptions): CaptureOptions | string {
           .filter(Boolean),
       );
     } catch (err) {
-      return `--categories: ${errorMessage(err)}`;
+      return `--categories: ${messageWithCode(err)}`;
     }
     if (!out.categories.length) return '--categories: name at least one category';
   }
@@ -173,7 +173,7 @@ export async function runDiagnoseCommand(opts: DiagnoseOptions): Promise<number>
     }
     return 0;
   } catch (err) {
-    process.stderr.write(`vigil diagnose: ${errorMessage(err)}\n`);
+    process.stderr.write(`vigil diagnose: ${messageWithCode(err)}\n`);
     return 1;
   } finally {
     process.removeListener('SIGINT', stop);

@@ -29,7 +29,7 @@ import {
   type NodeDiagnostic,
 } from '../diagnostics/node-diagnostic/resource.ts';
 import { parseDuration } from '../util/duration.ts';
-import { errorMessage } from '../util/errors.ts';
+import { errorMessage, messageWithCode, VigilError } from '../util/errors.ts';
 
 export interface LogsOptions {
   kubeconfig?: string;
@@ -263,11 +263,12 @@ async function finish(kc: k8s.KubeConfig, t: Target, outDir: string): Promise<{ 
   const file = path.join(outDir, path.basename(decodeURIComponent(location)));
   try {
     const bytes = await download(kc, location, file, t.token);
-    if (s.bytes !== undefined && bytes !== s.bytes) throw new Error(`got ${bytes} bytes, the agent reported ${s.bytes}`);
+    if (s.bytes !== undefined && bytes !== s.bytes)
+      throw new VigilError('VIGIL_E_DOWNLOAD_SIZE', `got ${bytes} bytes, the agent reported ${s.bytes}`);
     if (s.phase === 'Succeeded') return { ok: true, text: `saved ${file} (${bytes} bytes)${note}` };
     return { ok: false, text: `failed: ${s.message ?? ''}; fetched the bundle kept on the node instead: ${file} (${bytes} bytes)` };
   } catch (err) {
-    const why = `cannot download ${location} through the API server: ${errorMessage(err)}`;
+    const why = `cannot download ${location} through the API server: ${messageWithCode(err)}`;
     return { ok: false, text: s.phase === 'Succeeded' ? why : `failed: ${s.message ?? ''}; ${why}` };
   }
 }

@@ -10,7 +10,7 @@ import type { ScanOptions } from './scan-command.ts';
 import type { RunOptions } from './run-command.ts';
 import type { LogsOptions } from './logs-command.ts';
 import type { DiagnoseOptions } from './diagnose-command.ts';
-import { errorMessage } from '../util/errors.ts';
+import { messageWithCode } from '../util/errors.ts';
 
 /** Exit status 2 is for bad input or arguments, everywhere. */
 export const EXIT_USAGE = 2;
@@ -185,7 +185,7 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
       return;
     }
-    process.stderr.write(`vigil: ${errorMessage(err)}\n`);
+    process.stderr.write(`vigil: ${messageWithCode(err)}\n`);
     process.exitCode = EXIT_USAGE;
   }
 }

@@ -10,7 +10,7 @@ import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect
 import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
 import { collectStartupGarbage } from '../util/startup-gc.ts';
 import type { Quarantine } from '../remediation/quarantine.ts';
-import { errorMessage } from '../util/errors.ts';
+import { messageWithCode } from '../util/errors.ts';
 import { guardSignals, type SignalGuard } from './signals.ts';
 
 const inspector = process.features.inspector ? (await import('node:inspector')).default : undefined;
@@ -61,7 +61,7 @@ function loadRunConfig(opts: RunOptions): VigilConfig | number {
     // A bad rule or NPD file (a journald plugin, a Go regex JS cannot run) is refused before start.
     loadRuleFiles(config);
   } catch (err) {
-    process.stderr.write(`${errorMessage(err)}\n`);
+    process.stderr.write(`${messageWithCode(err)}\n`);
     return 2;
   }
   // Checked here, cheaply: the Kubernetes client accepts any file and fails later, far from the cause.
@@ -147,7 +147,7 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
       },
     });
   } catch (err) {
-    log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
+    log.error({ err }, `vigil cannot start: ${messageWithCode(err)}`);
     return 2;
   }
 
@@ -168,7 +168,7 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
   try {
     listen = await agent.start();
   } catch (err) {
-    log.error({ err }, `vigil cannot start: ${errorMessage(err)}`);
+    log.error({ err }, `vigil cannot start: ${messageWithCode(err)}`);
     await diagnostics?.close();
     await agent.stop();
     return 2;

@@ -14,7 +14,7 @@ import { loadConfig, type VigilConfig } from '../config/load.ts';
 import { loadRuleFiles, type RuleFiles } from '../agent/rule-files.ts';
 import { LogReplay, MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';
 import type { LogFormat } from '../sources/kmsg/parse.ts';
-import { errorMessage } from '../util/errors.ts';
+import { messageWithCode, VigilError } from '../util/errors.ts';
 
 export interface ScanOptions {
   format?: 'auto' | LogFormat;
@@ -36,7 +36,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
     config.kernelLog.npdConfigs.push(...(opts.npdConfig ?? []));
     rules = loadRuleFiles(config);
   } catch (err) {
-    process.stderr.write(`vigil scan: ${errorMessage(err)}\n`);
+    process.stderr.write(`vigil scan: ${messageWithCode(err)}\n`);
     return 2;
   }
 
@@ -44,7 +44,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
   try {
     input = file === '-' ? process.stdin : await openInput(file);
   } catch (err) {
-    process.stderr.write(`vigil scan: cannot read ${name}: ${errorMessage(err)}\n`);
+    process.stderr.write(`vigil scan: cannot read ${name}: ${messageWithCode(err)}\n`);
     return 2;
   }
 
@@ -73,7 +73,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
     summary = await replayStream(input, replay);
   } catch (err) {
     input.destroy();
-    const why = err instanceof NotTextError ? `${name} is ${err.message}` : `cannot read ${name}: ${errorMessage(err)}`;
+    const why = err instanceof NotTextError ? `${name} is ${messageWithCode(err)}` : `cannot read ${name}: ${messageWithCode(err)}`;
     process.stderr.write(`vigil scan: ${why}\n`);
     return 2;
   }
@@ -85,7 +85,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
 async function openInput(file: string): Promise<Readable> {
   const fh = await open(file, 'r');
   try {
-    if ((await fh.stat()).isDirectory()) throw new Error('it is a directory');
+    if ((await fh.stat()).isDirectory()) throw new VigilError('VIGIL_E_SCAN_INPUT', 'it is a directory');
   } catch (err) {
     await fh.close();
     throw err;
