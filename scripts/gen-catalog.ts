@@ -1,6 +1,7 @@
 /**
  * Generates src/catalog/reasons.generated.ts and docs/reasons.md from catalog/reasons.yaml, and
- * guards the public API snapshot (catalog/api-snapshot.json).
+ * guards the public API snapshot (catalog/api-snapshot.json). Also runs scripts/gen-errors.ts
+ * (docs/errors.md and its snapshot) with the same flags.
  *
  *   tsx scripts/gen-catalog.ts                     write generated files; fail on an API break
  *   tsx scripts/gen-catalog.ts --check             fail if generated files are stale or the API broke
@@ -12,6 +13,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { catalogYaml, type CatalogYaml } from '../src/catalog/schema.ts';
 import { parseDuration } from '../src/util/duration.ts';
+import { genErrors } from './gen-errors.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const paths = {
@@ -246,5 +248,8 @@ function main(argv: string[]): number {
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  process.exitCode = main(process.argv.slice(2));
+  // docs/errors.md is generated with the catalog, so one `npm run gen` (and its --check) covers both.
+  const catalog = main(process.argv.slice(2));
+  const errors = genErrors(process.argv.slice(2));
+  process.exitCode = catalog || errors;
 }
