@@ -27,7 +27,7 @@ function pacer(random = 0.5) {
 
 const timeout = () => new DOMException('The operation was aborted due to timeout', 'TimeoutError');
 
-test('a request that times out doubles the next deadline, up to the API server\'s own 60 s; answers halve it back to the base', async () => {
+test("a request that times out doubles the next deadline, up to the API server's own 60 s; answers halve it back to the base", async () => {
   const { p, run } = pacer();
   assert.equal(p.timeoutMs, 10_000);
   const f = await run(10_000, timeout());
