@@ -51,6 +51,9 @@ test('SIGKILL right after a condition turns False: the restarted agent keeps its
     await new Promise((r) => setTimeout(r, 100));
   }
   assert.equal(c?.status, 'False', 'the fault is still reported after the restart');
-  assert.ok(c.active.some((p) => p.entity === `gpu:${pci}`), `gpu:${pci} is among the active problems`);
+  assert.ok(
+    c.active.some((p) => p.entity === `gpu:${pci}`),
+    `gpu:${pci} is among the active problems`,
+  );
   assert.equal(c.lastTransitionTime, published.lastTransitionTime, 'the time the condition first turned False');
 });
