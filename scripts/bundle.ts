@@ -68,7 +68,7 @@ const nodeUrlForWhatwgUrl: Plugin = {
  * imports, and their top-level code: the generated API classes and the model type map
  * (1.57 MB of the bundle). Its modules only define things, so they are marked side-effect free:
  * what Vigil's code does not reach (it uses KubeConfig, Watch and a few types; see
- * src/sinks/kubernetes/client.ts) is left out of the chunks `run` loads.
+ * src/kube/client.ts) is left out of the chunks `run` loads.
  */
 const clientNodeSideEffectFree: Plugin = {
   name: 'vigil-client-node-side-effect-free',

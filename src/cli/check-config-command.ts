@@ -3,7 +3,7 @@
  * checks `run` applies when it loads them, so a file that passes here does not break `run`.
  */
 import { loadConfig } from '../config/load.ts';
-import { loadRuleFiles } from '../agent/rule-files.ts';
+import { loadRuleFiles } from '../app/rule-files.ts';
 import { messageWithCode } from '../util/errors.ts';
 
 export function runCheckConfigCommand(file: string): number {

@@ -16,7 +16,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type * as k8s from '@kubernetes/client-node';
-import { KubeApiError, MERGE_PATCH, makeClients, type CustomApi, type KubeClients } from '../sinks/kubernetes/client.ts';
+import { KubeApiError, MERGE_PATCH, makeClients, type CustomApi, type KubeClients } from '../kube/client.ts';
 import { TOKEN_HEADER, newToken, sealDestination, tokenSHA256 } from '../diagnostics/node-diagnostic/access.ts';
 import { DIAGNOSTIC_CATEGORIES } from '../diagnostics/bundle.ts';
 import {

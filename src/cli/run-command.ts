@@ -3,13 +3,12 @@ import pino from 'pino';
 import { loadConfig, type VigilConfig } from '../config/load.ts';
 import { kubeconfigProblem } from '../config/kubeconfig.ts';
 import { nodeNameProblem } from '../config/node-name.ts';
-import { Agent } from '../agent/agent.ts';
-import { buildMonitors } from '../agent/build-monitors.ts';
-import { loadRuleFiles } from '../agent/rule-files.ts';
-import { kubeConfigAvailable, resolveNodeName } from '../sinks/kubernetes/detect.ts';
-import type { KubernetesSink } from '../sinks/kubernetes/sink.ts';
+import { Agent } from '../app/agent.ts';
+import { buildMonitors } from '../app/build-monitors.ts';
+import { loadRuleFiles } from '../app/rule-files.ts';
+import { kubeConfigAvailable, resolveNodeName } from '../kube/detect.ts';
+import type { KubernetesParts } from '../app/kubernetes.ts';
 import { collectStartupGarbage } from '../util/startup-gc.ts';
-import type { Quarantine } from '../remediation/quarantine.ts';
 import { messageWithCode } from '../util/errors.ts';
 import { guardSignals, type SignalGuard } from './signals.ts';
 
@@ -91,16 +90,9 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
     !opts.standalone && config.kubernetes.mode !== 'off' && (config.kubernetes.mode === 'on' || kubeConfigAvailable(kubeconfig));
   const nodeName = resolveNodeName(opts.nodeName ?? config.nodeName);
 
-  let kube: KubernetesSink | undefined;
-  let quarantine: Quarantine | undefined;
+  let kube: KubernetesParts | undefined;
   // The Kubernetes client is heavy to load; standalone runs never pay for it.
-  const kubeModules = useKube
-    ? {
-        client: await import('../sinks/kubernetes/client.ts'),
-        sink: await import('../sinks/kubernetes/sink.ts'),
-        quarantine: config.quarantine.enabled ? await import('../remediation/quarantine.ts') : undefined,
-      }
-    : undefined;
+  const kubeModule = useKube ? await import('../app/kubernetes.ts') : undefined;
   let agent: Agent;
   try {
     agent = new Agent({
@@ -109,41 +101,9 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
       monitors: (ctx) => buildMonitors(config, { ...ctx, log }),
       diagnosticBundle: (name, token) => diagnostics?.bundle(name, token),
       sinks: ({ registry, restored, markDirty }) => {
-        if (!kubeModules) return [];
-        const clients = kubeModules.client.makeClients(kubeconfig);
-        kube = new kubeModules.sink.KubernetesSink({
-          clients,
-          nodeName,
-          log,
-          registry,
-          heartbeatMs: config.kubernetes.heartbeat,
-          coalesceMs: config.kubernetes.coalesce,
-          eventNamespace: config.kubernetes.eventNamespace,
-          eventsPerReasonPerMinute: config.kubernetes.eventsPerReasonPerMinute,
-          fatalEventsPerReasonPerMinute: config.kubernetes.fatalEventsPerReasonPerMinute,
-          ...(restored?.kubernetes ? { writtenTypes: restored.kubernetes.writtenTypes } : {}),
-          onWrittenTypes: () => markDirty(),
-        });
-        const sink = kube;
-        // Optional quarantine (off by default): beside the flow, fed the same condition changes.
-        const q = config.quarantine;
-        quarantine = kubeModules.quarantine
-          ? new kubeModules.quarantine.Quarantine({
-              clients,
-              nodeName,
-              log,
-              registry,
-              dryRun: q.dryRun,
-              maxQuarantinedShare: q.maxQuarantinedShare,
-              jitterMs: q.jitter,
-              recheckMs: q.recheck,
-              eventNamespace: config.kubernetes.eventNamespace,
-            })
-          : undefined;
-        return [
-          { sink, persist: (state) => (state.kubernetes = { writtenTypes: sink.conditions.writtenTypes }) },
-          ...(quarantine ? [{ sink: quarantine }] : []),
-        ];
+        if (!kubeModule) return [];
+        kube = kubeModule.buildKubernetes(config, { nodeName, log, registry, restored, markDirty });
+        return kube.entries;
       },
     });
   } catch (err) {
@@ -160,10 +120,10 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
     ...(opts.config ? { configPath: opts.config } : {}),
     log,
     registry: agent.registry,
-    engine: agent.engine,
     nodeName,
-    ...(kube ? { kube: { ...(kubeconfig ? { kubeconfig } : {}), events: kube.events } } : {}),
+    ...(kube ? { kube: { clients: kube.clients, events: kube.sink.events } } : {}),
   });
+  if (diagnostics) agent.attach({ name: 'diagnostics', handle: (event) => diagnostics.handle(event) });
   let listen: { port: number; address: string };
   try {
     listen = await agent.start();
@@ -177,9 +137,8 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
     { event: 'mode', standalone: !useKube, node: nodeName },
     useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions',
   );
-  if (kube) void kube.start(agent.engine);
   diagnostics?.start(listen);
-  quarantine?.start(agent.engine.health());
+  kube?.quarantine?.start(agent.engine.health());
   collectStartupGarbage(10_000);
 
   const signal = await signals.stopped;

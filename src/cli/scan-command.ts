@@ -11,8 +11,9 @@
 import { open } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { loadConfig, type VigilConfig } from '../config/load.ts';
-import { loadRuleFiles, type RuleFiles } from '../agent/rule-files.ts';
-import { LogReplay, MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';
+import { loadRuleFiles, type RuleFiles } from '../app/rule-files.ts';
+import { createReplay } from '../app/scan.ts';
+import { MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';
 import type { LogFormat } from '../sources/kmsg/parse.ts';
 import { messageWithCode, VigilError } from '../util/errors.ts';
 
@@ -49,7 +50,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
   }
 
   let cutReports = 0;
-  const replay = new LogReplay({
+  const replay = createReplay({
     config,
     rules,
     format: opts.format ?? 'auto',

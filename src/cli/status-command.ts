@@ -13,7 +13,7 @@
  */
 import type * as k8s from '@kubernetes/client-node';
 import { CONDITION_TYPES } from '../catalog/index.ts';
-import { makeClients, type CoreApi } from '../sinks/kubernetes/client.ts';
+import { makeClients, type CoreApi } from '../kube/client.ts';
 import { errorMessage } from '../util/errors.ts';
 import { parseDuration } from '../util/duration.ts';
 

@@ -10,9 +10,9 @@
  */
 import { StringDecoder } from 'node:string_decoder';
 import { Registry } from 'prom-client';
-import type { EmittedFinding, Finding, FindingSink } from '../api/types.ts';
+import type { ConditionType, EmittedFinding, Finding, FindingSink } from '../api/types.ts';
 import type { VigilConfig } from '../config/load.ts';
-import { Engine } from '../engine/engine.ts';
+import type { ConditionInfo, Engine } from '../engine/engine.ts';
 import { KernelLogClassifier } from '../monitors/kernel-log/classify.ts';
 import type { NpdConfig } from '../monitors/kernel-log/npd.ts';
 import type { UserRule } from '../monitors/kernel-log/user-rules.ts';
@@ -29,7 +29,7 @@ import {
 } from '../sources/kmsg/parse.ts';
 import { VigilError } from '../util/errors.ts';
 import { createPipeline } from './pipeline.ts';
-import { allConditions, declaredConditions, engineSettings, kernelLogClassifierOptions } from './settings.ts';
+import { allConditions, declaredConditions, kernelLogClassifierOptions } from './settings.ts';
 
 /** Where the replay clock starts: boot-relative times (kmsg, dmesg) count from here. */
 export const REPLAY_BASE_MS = Date.UTC(2000, 0, 1);
@@ -49,6 +49,8 @@ export interface ReplayOptions {
   /** What the classifier raised on each line, before the engine (thresholds, repeats) sees it. */
   onClassified?: (findings: readonly Finding[], line: number) => void;
   maxLineChars?: number;
+  /** Builds the engine (src/app's createEngine) on the replay's clock, from the condition table the rules give. */
+  engine: (parts: { now: () => number; conditions: Map<ConditionType, ConditionInfo>; registry: Registry }) => Engine;
 }
 
 export interface ReplaySummary {
@@ -98,13 +100,7 @@ export class LogReplay {
       // Recovery lines ("nfs: server X OK") clear their problems, as in the live agent.
       onHealthy: (h) => this.sink.healthy(h),
     });
-    this.engine = new Engine({
-      bootId: 'replay',
-      now: () => this.clock.now,
-      conditions: allConditions(config, declaredConditions(rules)),
-      registry,
-      ...engineSettings(config),
-    });
+    this.engine = o.engine({ now: () => this.clock.now, conditions: allConditions(config, declaredConditions(rules)), registry });
     this.engine.on((event) => {
       if (event.kind !== 'finding') return;
       this.s.findings++;

@@ -19,10 +19,9 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EngineEvent, NodeHealth, Sink } from '../api/types.ts';
 import { CONDITION_TYPES } from '../api/types.ts';
 import * as k8s from '@kubernetes/client-node';
-import { MERGE_PATCH, toFailure, withDeadline, type ApiFailure, type KubeClients } from '../sinks/kubernetes/client.ts';
-import { Backoff } from '../sinks/kubernetes/backoff.ts';
-import { REPORTING_CONTROLLER } from '../sinks/kubernetes/events.ts';
-import { explainFailure } from '../sinks/kubernetes/failures.ts';
+import { MERGE_PATCH, REPORTING_CONTROLLER, toFailure, withDeadline, type ApiFailure, type KubeClients } from '../kube/client.ts';
+import { Backoff } from '../util/backoff.ts';
+import { explainFailure } from '../kube/failures.ts';
 
 export const QUARANTINE_TAINT_KEY = 'vigil.dev/unhealthy';
 export const QUARANTINED_LABEL = 'vigil.dev/quarantined';

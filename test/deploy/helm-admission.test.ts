@@ -8,7 +8,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as k8s from '@kubernetes/client-node';
-import { REPORTING_CONTROLLER } from '../../src/sinks/index.ts';
+import { REPORTING_CONTROLLER } from '../../src/kube/index.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 import { ensureTools, helmTemplate, only } from './tools.ts';
 

@@ -18,8 +18,11 @@ import pino from 'pino';
 import { Registry } from 'prom-client';
 import { CONDITIONS } from '../../src/catalog/index.ts';
 import { KUBECTL } from '../deploy/tools.ts';
-import { Engine, type ConditionInfo, type EngineSnapshot } from '../../src/engine/index.ts';
-import { makeClients, KubernetesSink, type KubernetesSinkOptions } from '../../src/sinks/index.ts';
+import type { Engine, ConditionInfo, EngineSnapshot } from '../../src/engine/index.ts';
+import type { KubernetesSink, KubernetesSinkOptions } from '../../src/sinks/index.ts';
+import { adoptLate, adoptNodeConditions, buildKubernetes, createEngine } from '../../src/app/index.ts';
+import { parseConfig } from '../../src/config/index.ts';
+import { makeClients } from '../../src/kube/index.ts';
 import type { BuiltinConditionType } from '../../src/api/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -388,6 +391,9 @@ export interface VigilUnderTest {
 /** Vigils whose test failed before stopping them: cluster.stop() (each file's after hook) stops them. */
 const liveVigils = new Set<() => Promise<void>>();
 
+/** The helper's configuration: no heartbeat, a 100 ms write window, no escalations (tests send repeats). */
+const VIGIL_CONFIG = parseConfig(JSON.stringify({ engine: { escalations: [] }, kubernetes: { heartbeat: '0s', coalesce: '100ms' } }));
+
 export function startVigil(o: VigilOptions): VigilUnderTest {
   const registry = new Registry();
   const { log, lines } = captureLog();
@@ -400,7 +406,7 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
     conditions.delete(type);
     lateConditions.set(type, { name: o.names?.[type] ?? type, ...CONDITIONS[type] });
   }
-  const engine = new Engine({
+  const engine = createEngine(VIGIL_CONFIG, {
     bootId: o.bootId ?? 'boot-test',
     conditions,
     lateConditions,
@@ -408,23 +414,18 @@ export function startVigil(o: VigilOptions): VigilUnderTest {
     ...(o.restored ? { restored: o.restored } : {}),
     ...(o.now ? { now: o.now } : {}),
   });
-  const sink = new KubernetesSink({
-    clients: makeClients(o.kubeconfig),
+  const { sink } = buildKubernetes(VIGIL_CONFIG, {
     nodeName: o.nodeName,
     log,
     registry,
-    heartbeatMs: 0,
-    coalesceMs: 100,
-    eventNamespace: 'default',
-    eventsPerReasonPerMinute: 6,
-    retry: { baseMs: 200, maxMs: 2000 },
-    staleGraceMs: 0,
-    finalWriteMs: 500,
-    ...(o.now ? { eventsNow: o.now } : {}),
-    ...o.sink,
+    restored: undefined,
+    markDirty: () => {},
+    clients: makeClients(o.kubeconfig),
+    tuning: { retry: { baseMs: 200, maxMs: 2000 }, staleGraceMs: 0, finalWriteMs: 500, ...(o.now ? { eventsNow: o.now } : {}), ...o.sink },
   });
-  engine.on((e, h) => sink.handle(e, h));
-  const started = sink.start(engine);
+  // As the agent feeds its sinks (src/app/agent.ts), without the state file.
+  engine.on((e, h) => sink.handle(e, adoptLate(engine, [sink], e) ?? h));
+  const started = adoptNodeConditions(engine, sink);
   let stopped: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopped ??= (liveVigils.delete(stop), sink.close()));
   liveVigils.add(stop);

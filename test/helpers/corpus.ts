@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { z } from 'zod';
 import { parseConfig } from '../../src/config/index.ts';
-import { LogReplay } from '../../src/pipeline/index.ts';
+import { createReplay } from '../../src/app/index.ts';
 import type { LineKind } from '../../src/sources/index.ts';
 import type { Finding } from '../../src/api/index.ts';
 
@@ -89,7 +89,7 @@ const config = parseConfig('{}');
 /** Replays text through a fresh LogReplay (the `vigil scan` pipeline, default configuration); what it raised, in order. */
 export function replayText(text: string): Finding[] {
   const found: Finding[] = [];
-  const r = new LogReplay({
+  const r = createReplay({
     config,
     rules: { userRules: [], npd: [] },
     format: 'auto',

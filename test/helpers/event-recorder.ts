@@ -4,7 +4,8 @@
  */
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { type KubeClients, EventRecorder, type EventRecorderOptions } from '../../src/sinks/index.ts';
+import { EventRecorder, type EventRecorderOptions } from '../../src/sinks/index.ts';
+import { type KubeClients } from '../../src/kube/index.ts';
 
 export function testEventRecorder(clients: KubeClients, now: () => number, extra: Partial<EventRecorderOptions> = {}): EventRecorder {
   return new EventRecorder({

@@ -13,11 +13,10 @@ import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
-import { loadRuleFiles } from '../../src/agent/index.ts';
+import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
 import { loadConfig } from '../../src/config/index.ts';
-import { Engine } from '../../src/engine/index.ts';
 import { GpuMonitor, KernelLogMonitor } from '../../src/monitors/index.ts';
-import { allConditions, createPipeline, declaredConditions, engineSettings, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
+import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/index.ts';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
@@ -38,12 +37,7 @@ function live(env: FakeDcgmEnv) {
   const config = loadConfig(file);
   const rules = loadRuleFiles(config);
   const registry = new Registry();
-  const engine = new Engine({
-    bootId: 'dcgm-test',
-    conditions: allConditions(config, declaredConditions(rules)),
-    registry,
-    ...engineSettings(config),
-  });
+  const engine = createEngine(config, { bootId: 'dcgm-test', conditions: allConditions(config, declaredConditions(rules)), registry });
   const seen: Finding[] = [];
   engine.on((e) => {
     if (e.kind === 'finding') seen.push(e.finding);

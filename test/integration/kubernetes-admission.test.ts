@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
-import { REPORTING_CONTROLLER } from '../../src/sinks/index.ts';
+import { REPORTING_CONTROLLER } from '../../src/kube/index.ts';
 import { CORDONED_BY_VIGIL_ANNOTATION, QUARANTINED_LABEL, QUARANTINE_TAINT_KEY } from '../../src/remediation/index.ts';
 import { ADMISSION_POLICY_YAML, conditionsOf, eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 

@@ -6,7 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Finding } from '../../src/api/index.ts';
-import { REPORTING_CONTROLLER } from '../../src/sinks/index.ts';
+import { REPORTING_CONTROLLER } from '../../src/kube/index.ts';
 import { conditionsOf, eventsFor, startCluster, startVigil, waitFor, type TestCluster } from '../helpers/cluster.ts';
 
 let cluster: TestCluster;

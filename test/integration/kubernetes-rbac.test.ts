@@ -11,9 +11,10 @@ import path from 'node:path';
 import type pino from 'pino';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
-import { Agent } from '../../src/agent/index.ts';
+import { Agent } from '../../src/app/index.ts';
 import { parseConfig } from '../../src/config/index.ts';
-import { makeClients, KubernetesSink } from '../../src/sinks/index.ts';
+import { KubernetesSink } from '../../src/sinks/index.ts';
+import { makeClients } from '../../src/kube/index.ts';
 import {
   captureLog,
   conditionsOf,
@@ -80,13 +81,12 @@ kubernetes: {mode: on, heartbeat: 0s, coalesce: 100ms}
         seriesFlushMs: 200,
         finalWriteMs: 200,
       });
-      return [{ sink: kube }];
+      return [{ sink: kube, adopts: kube }];
     },
   });
   await agent.start();
   const stop = () => (running.delete(stop), agent.stop());
   running.add(stop);
-  void kube!.start(agent.engine);
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const m = (await agent.registry.getMetricsAsJSON()).find((x) => x.name === name);
     return m?.values.filter((v) => Object.entries(labels).every(([k, val]) => v.labels[k] === val)).reduce((a, v) => a + v.value, 0) ?? 0;

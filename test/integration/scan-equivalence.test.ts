@@ -13,11 +13,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
-import { loadRuleFiles } from '../../src/agent/index.ts';
+import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
 import { loadConfig } from '../../src/config/index.ts';
-import { Engine } from '../../src/engine/index.ts';
 import { KernelLogMonitor } from '../../src/monitors/index.ts';
-import { allConditions, createPipeline, declaredConditions, engineSettings, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
+import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/index.ts';
 import { errorCode } from '../../src/util/index.ts';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
@@ -92,12 +91,7 @@ test('a fixture gives the same findings through vigil scan and through the live 
   const config = loadConfig(configFile);
   const rules = loadRuleFiles(config);
   const registry = new Registry();
-  const engine = new Engine({
-    bootId: 'live',
-    conditions: allConditions(config, declaredConditions(rules)),
-    registry,
-    ...engineSettings(config),
-  });
+  const engine = createEngine(config, { bootId: 'live', conditions: allConditions(config, declaredConditions(rules)), registry });
   const live: Row[] = [];
   engine.on((e) => {
     if (e.kind === 'finding') live.push([e.finding.reason, e.finding.entity]);

@@ -14,7 +14,7 @@ import { Registry } from 'prom-client';
 import { KernelLogClassifier } from '../../src/monitors/index.ts';
 import { Engine, type ConditionInfo, type EngineOptions } from '../../src/engine/index.ts';
 import { CONDITIONS } from '../../src/catalog/index.ts';
-import type { KubeClients } from '../../src/sinks/index.ts';
+import type { KubeClients } from '../../src/kube/index.ts';
 import { testEventRecorder } from '../helpers/event-recorder.ts';
 
 // Real lines: headless Chrome's trap int3 (https://github.com/aws/eks-node-monitoring-agent/issues/223),

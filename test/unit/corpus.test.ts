@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { lookupReason } from '../../src/catalog/index.ts';
 import { DEFAULT_FATAL_XIDS, parseConfig } from '../../src/config/index.ts';
 import { KernelLogClassifier } from '../../src/monitors/index.ts';
-import { LogReplay } from '../../src/pipeline/index.ts';
+import { createReplay } from '../../src/app/index.ts';
 import { lineKind, lineTime, parseLine } from '../../src/sources/index.ts';
 import { paths } from '../../scripts/gen-catalog.ts';
 import { entryLines, family, FORMATS, judge, loadCorpus } from '../helpers/corpus.ts';
@@ -93,7 +93,7 @@ test('the corpus covers every reason family and line format the detection must h
 
 test('a user-space program in syslog is counted, not classified, even when it prints a kernel message', () => {
   const found: string[] = [];
-  const r = new LogReplay({
+  const r = createReplay({
     config: parseConfig('{}'),
     rules: { userRules: [], npd: [] },
     onFinding: (f) => found.push(f.reason),

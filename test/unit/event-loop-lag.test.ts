@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry, collectDefaultMetrics } from 'prom-client';
-import { EVENT_LOOP_LAG_NAMES, LagSampler, UNUSED_RESOLUTION_MS, lagStats, registerEventLoopLag } from '../../src/agent/index.ts';
+import { EVENT_LOOP_LAG_NAMES, LagSampler, UNUSED_RESOLUTION_MS, lagStats, registerEventLoopLag } from '../../src/app/index.ts';
 
 test('each tick records how late it ran past the period, never below zero', () => {
   let now = 0;

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import type { Finding, FindingSink, HealthySignal } from '../../src/api/index.ts';
 import { parseConfig } from '../../src/config/index.ts';
 import { KernelLogClassifier, KernelLogMonitor } from '../../src/monitors/index.ts';
-import { LogReplay } from '../../src/pipeline/index.ts';
+import { createReplay } from '../../src/app/index.ts';
 import type { KmsgIo } from '../../src/sources/index.ts';
 
 function classify(message: string): { findings: Finding[]; healthy: HealthySignal[] } {
@@ -128,7 +128,7 @@ test('a recovery line raises nothing and reports its entity healthy', () => {
 });
 
 test('in a replay the OK line clears the NFS warning and write mode clears the fatal thin pool', () => {
-  const r = new LogReplay({ config: parseConfig('{}'), rules: { userRules: [], npd: [] }, onFinding: () => {} });
+  const r = createReplay({ config: parseConfig('{}'), rules: { userRules: [], npd: [] }, onFinding: () => {} });
   const storage = () => r.engine.health().conditions.find((c) => c.type === 'StorageReady')!;
   const active = () => r.engine.health().warnings.map((w) => `${w.reason} ${w.entity}`);
   r.push('[  100.000000] nfs: server 10.0.0.2 not responding, still trying\n');

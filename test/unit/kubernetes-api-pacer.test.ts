@@ -4,7 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApiPacer, KubeApiError, toFailure } from '../../src/sinks/index.ts';
+import { ApiPacer, KubeApiError, toFailure } from '../../src/kube/index.ts';
 
 /** A pacer whose clock moves only when a request "takes" time, and whose jitter is fixed. */
 function pacer(random = 0.5) {

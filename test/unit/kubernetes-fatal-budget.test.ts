@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import type { EngineEvent } from '../../src/api/index.ts';
-import type { KubeClients } from '../../src/sinks/index.ts';
+import type { KubeClients } from '../../src/kube/index.ts';
 import { testEventRecorder } from '../helpers/event-recorder.ts';
 import { useMockClock } from '../helpers/mock-clock.ts';
 import { rng } from '../helpers/prng.ts';

@@ -11,9 +11,9 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import type { ActiveProblem, ConditionState, EngineEvent, NodeHealth } from '../../src/api/index.ts';
-import { type KubeClients, ConditionWriter, summarize, KubernetesSink } from '../../src/sinks/index.ts';
+import { ConditionWriter, summarize, KubernetesSink } from '../../src/sinks/index.ts';
+import { type KubeClients } from '../../src/kube/index.ts';
 import { testEventRecorder } from '../helpers/event-recorder.ts';
-import type { Engine } from '../../src/engine/index.ts';
 
 interface Call {
   op: 'patchNode' | 'createEvent' | 'patchEvent';
@@ -283,7 +283,8 @@ test('a new failing entity on a condition already False: its Event goes first, t
     instance: 'vigil-test',
   });
   let current = health('True', 'ok');
-  await sink.start({ health: () => current, adoptConditions: () => {} } as unknown as Engine);
+  await sink.readNode(current.conditions.map((c) => c.name));
+  sink.begin(current, 0);
   await advance(0);
   // Start-up writes what the Node should show first; count from there.
   const base = calls.filter((c) => c.op === 'patchNode').length;

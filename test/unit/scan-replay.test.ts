@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url';
 import type { EmittedFinding } from '../../src/api/index.ts';
 import { parseConfig } from '../../src/config/index.ts';
 import { loadNpdConfig, type NpdConfig } from '../../src/monitors/index.ts';
-import { LineSplitter, LogReplay, replayStream, type ReplaySummary } from '../../src/pipeline/index.ts';
+import { LineSplitter, replayStream, type ReplaySummary } from '../../src/pipeline/index.ts';
+import { createReplay } from '../../src/app/index.ts';
 import { lineKind, lineTime } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
@@ -15,7 +16,7 @@ const DAY = 86_400;
 
 function replay(lines: string[], opts: { config?: string; npd?: NpdConfig[]; format?: 'auto' | 'kmsg' | 'dmesg' } = {}) {
   const found: { line: number; f: EmittedFinding }[] = [];
-  const r = new LogReplay({
+  const r = createReplay({
     config: parseConfig(opts.config ?? '{}'),
     rules: { userRules: [], npd: opts.npd ?? [] },
     format: opts.format ?? 'auto',
@@ -176,7 +177,7 @@ test('the line splitter cuts a long line at the cap and says how long it was', (
 
 test('a stream with a NUL byte near its start is refused before anything is classified', async () => {
   const found: EmittedFinding[] = [];
-  const r = new LogReplay({ config: parseConfig('{}'), rules: { userRules: [], npd: [] }, onFinding: (f) => found.push(f) });
+  const r = createReplay({ config: parseConfig('{}'), rules: { userRules: [], npd: [] }, onFinding: (f) => found.push(f) });
   const chunks = Readable.from([Buffer.from('NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=train, DBE (0x1,0x2)\n'), Buffer.from([0, 1])]);
   await assert.rejects(replayStream(chunks, r), /NUL/);
   assert.deepEqual(found, []);

@@ -13,10 +13,10 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EmittedFinding, EngineEvent, Sink } from '../../api/types.ts';
 import type { VigilConfig } from '../../config/load.ts';
-import { Backoff } from '../../sinks/kubernetes/backoff.ts';
+import { Backoff } from '../../util/backoff.ts';
 import * as k8s from '@kubernetes/client-node';
-import { MERGE_PATCH, toFailure, withDeadline, type KubeClients } from '../../sinks/kubernetes/client.ts';
-import type { EventRecorder } from '../../sinks/kubernetes/events.ts';
+import { MERGE_PATCH, toFailure, withDeadline, type KubeClients } from '../../kube/client.ts';
+import type { NodeEventRecorder } from '../../kube/client.ts';
 import { writeAtomic } from '../../state/store.ts';
 import { errorMessage, toError } from '../../util/errors.ts';
 import { formatDuration } from '../../util/duration.ts';
@@ -67,7 +67,7 @@ export interface DiagnosticsControllerOptions {
   kernelLogPath?: string;
   /** Absent when standalone: no NodeDiagnostic watch, no Events. */
   clients?: KubeClients;
-  events?: EventRecorder;
+  events?: NodeEventRecorder;
   capture?: (opts: CaptureOptions, signal?: AbortSignal) => Promise<CaptureResult>;
   upload?: Omit<UploadOptions, 'signal' | 'onRetry' | 'attempts' | 'policy'>;
   /** How long an upload request waits for `vigil logs` to send its sealed destination (default 5 min). */

@@ -1,14 +1,14 @@
 /**
  * Diagnostics beside the agent: the NodeDiagnostic watch (with Kubernetes) and the automatic
  * capture on Fatal findings (when configured). Made before the agent starts, so a Fatal fault
- * found at start (the kernel log's lookback) is not missed; start() once the agent serves.
+ * found at start (the kernel log's lookback) is not missed; the root feeds it the engine's events
+ * (through the agent's per-sink guard) and calls start() once the agent serves.
  * Returns undefined when neither is on.
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { Engine } from '../../engine/engine.ts';
 import type { VigilConfig } from '../../config/load.ts';
-import type { EventRecorder } from '../../sinks/kubernetes/events.ts';
+import type { KubeClients, NodeEventRecorder } from '../../kube/client.ts';
 // Type only: the controller (and with it the Kubernetes client, tens of MiB) loads only when on.
 import type { DiagnosticsController } from './controller.ts';
 
@@ -17,17 +17,16 @@ export interface DiagnosticsOptions {
   configPath?: string;
   log: Logger;
   registry: Registry;
-  engine: Engine;
   nodeName: string;
   /** Set when the Kubernetes sink is on. */
-  kube?: { kubeconfig?: string; events?: EventRecorder };
+  kube?: { clients: KubeClients; events?: NodeEventRecorder };
 }
 
 export async function createDiagnostics(o: DiagnosticsOptions): Promise<DiagnosticsController | undefined> {
   const d = o.config.diagnostics;
   const requests = Boolean(o.kube) && d.requests.enabled;
   if (!requests && !d.autoCapture.enabled) return undefined;
-  const clients = o.kube ? (await import('../../sinks/kubernetes/client.ts')).makeClients(o.kube.kubeconfig) : undefined;
+  const clients = o.kube?.clients;
   const { DiagnosticsController } = await import('./controller.ts');
   const controller = new DiagnosticsController({
     nodeName: o.nodeName,
@@ -40,6 +39,5 @@ export async function createDiagnostics(o: DiagnosticsOptions): Promise<Diagnost
     ...(clients ? { clients } : {}),
     ...(o.kube?.events ? { events: o.kube.events } : {}),
   });
-  o.engine.on((event) => controller.handle(event));
   return controller;
 }

@@ -11,7 +11,7 @@ import { createReadStream, statSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { pipeline } from 'node:stream/promises';
-import { Backoff } from '../../sinks/kubernetes/backoff.ts';
+import { Backoff } from '../../util/backoff.ts';
 import { errorMessage, VigilError } from '../../util/errors.ts';
 import { checkDestination, DestinationRefused, type DestinationPolicy, type Resolver } from './destination.ts';
 

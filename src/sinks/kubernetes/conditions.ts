@@ -6,8 +6,8 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { ActiveProblem, ConditionState, NodeHealth } from '../../api/types.ts';
-import { ApiPacer, STRATEGIC_MERGE, toFailure, type ApiFailure, type KubeClients } from './client.ts';
-import { explainFailure } from './failures.ts';
+import { ApiPacer, STRATEGIC_MERGE, toFailure, type ApiFailure, type KubeClients } from '../../kube/client.ts';
+import { explainFailure } from '../../kube/failures.ts';
 
 export interface ConditionWriterOptions {
   clients: KubeClients;

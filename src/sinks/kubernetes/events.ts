@@ -21,8 +21,8 @@ import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineEvent } from '../../api/types.ts';
 import * as k8s from '@kubernetes/client-node';
-import { ApiPacer, STRATEGIC_MERGE, toFailure, type KubeClients } from './client.ts';
-import { explainFailure } from './failures.ts';
+import { ApiPacer, REPORTING_CONTROLLER, STRATEGIC_MERGE, toFailure, type KubeClients, type NodeEventRecorder } from '../../kube/client.ts';
+import { explainFailure } from '../../kube/failures.ts';
 
 export interface EventRecorderOptions {
   clients: KubeClients;
@@ -105,9 +105,7 @@ interface Overflow {
 /** Longest Event note (the API server allows 1 KiB). */
 const MAX_NOTE = 1024;
 
-export const REPORTING_CONTROLLER = 'vigil.dev/node-health-agent';
-
-export class EventRecorder {
+export class EventRecorder implements NodeEventRecorder {
   private readonly series = new Map<string, Series>();
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
   /** Per reason: the summary Event queued and not yet sent, which takes further entities. */

@@ -1,14 +1,14 @@
 /**
- * The Kubernetes sink: conditions on the Node (nodes/status) and Events about it. On start it
- * adopts the Node's existing transition times for Vigil's types before writing anything.
+ * The Kubernetes sink: conditions on the Node (nodes/status) and Events about it. It only receives:
+ * the composition root (src/app/kubernetes.ts) reads the Node through it, lets the engine adopt the
+ * existing transition times of Vigil's types, then tells it to begin writing.
  */
 import os from 'node:os';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { EngineEvent, NodeHealth, Sink } from '../../api/types.ts';
-import type { Engine } from '../../engine/engine.ts';
-import type { KubeClients } from './client.ts';
-import { ConditionWriter } from './conditions.ts';
+import type { KubeClients } from '../../kube/client.ts';
+import { ConditionWriter, type ExistingCondition } from './conditions.ts';
 import { EventRecorder } from './events.ts';
 
 export interface KubernetesSinkOptions {
@@ -59,7 +59,8 @@ export class KubernetesSink implements Sink {
   readonly conditions: ConditionWriter;
   readonly events: EventRecorder;
   private started = false;
-  private engine: Engine | undefined;
+  /** The engine's view as last received, for a write that waits for an Event first. */
+  private latest: NodeHealth | undefined;
   private nodeUid: string | undefined;
 
   constructor(private readonly o: KubernetesSinkOptions) {
@@ -93,20 +94,26 @@ export class KubernetesSink implements Sink {
   }
 
   /**
-   * Reads the Node, lets the engine adopt existing transition times, then starts writing. Runs in
-   * the background: an unreachable API server must not hold up detection.
+   * Reads the Node's conditions (retrying until the API server answers; callers run it in the
+   * background, as an unreachable API server must not hold up detection) and keeps its UID for Events.
    */
-  async start(engine: Engine): Promise<void> {
-    this.engine = engine;
-    const names = engine.health().conditions.map((c) => c.name);
+  async readNode(names: string[]): Promise<ExistingCondition[]> {
     const { existing, uid } = await this.conditions.readExisting(names);
     if (uid && !this.nodeUid) this.nodeUid = uid;
-    // Read again: the engine may have changed while the API server was being waited for.
-    const byName = new Map(engine.health().conditions.map((c) => [c.name, c.type]));
-    engine.adoptConditions(existing.filter((c) => byName.has(c.type)).map((c) => ({ ...c, type: byName.get(c.type)! })));
+    return existing;
+  }
+
+  /** Starts writing from this view (the engine's, once it adopted what readNode found). */
+  begin(health: NodeHealth, adopted: number): void {
     this.started = true;
-    this.conditions.start(engine.health());
-    this.o.log.info({ event: 'kubernetes', node: this.o.nodeName, adopted: existing.length }, 'writing node conditions');
+    this.latest = health;
+    this.conditions.start(health);
+    this.o.log.info({ event: 'kubernetes', node: this.o.nodeName, adopted }, 'writing node conditions');
+  }
+
+  /** The Node's condition of this name as read at start, for a type the engine manages only later. */
+  existingAtStart(name: string): ExistingCondition | undefined {
+    return this.started ? this.conditions.existingAtStart(name) : undefined;
   }
 
   setNodeUid(uid: string | undefined): void {
@@ -114,14 +121,7 @@ export class KubernetesSink implements Sink {
   }
 
   handle(event: EngineEvent, health: NodeHealth): void {
-    if (event.kind === 'condition' && event.previous === 'Unknown' && this.started && this.engine) {
-      // A type managed only now (hardware found late) keeps the clock the Node already shows.
-      const seen = this.conditions.existingAtStart(event.condition.name);
-      if (seen) {
-        this.engine.adoptConditions([{ ...seen, type: event.condition.type }]);
-        health = this.engine.health();
-      }
-    }
+    this.latest = health;
     this.events.handle(event);
     if (!this.started || event.kind === 'repeat') return;
     const problemsOf = fatalProblemsChanged(event);
@@ -140,7 +140,7 @@ export class KubernetesSink implements Sink {
       let bound: NodeJS.Timeout | undefined;
       void Promise.race([sending, new Promise((r) => (bound = setTimeout(r, EVENT_FIRST_MAX_MS)))]).then(() => {
         clearTimeout(bound);
-        if (this.engine) this.conditions.update(this.engine.health(), problemsOf);
+        if (this.latest) this.conditions.update(this.latest, problemsOf);
       });
       return;
     }

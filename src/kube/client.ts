@@ -17,11 +17,19 @@ import http from 'node:http';
 import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
 import { IN_CLUSTER_TOKEN } from './detect.ts';
-import { VERSION } from '../../util/version.ts';
-import { errorMessage } from '../../util/errors.ts';
-import { Backoff } from '../../util/backoff.ts';
+import { VERSION } from '../util/version.ts';
+import { errorMessage } from '../util/errors.ts';
+import { Backoff } from '../util/backoff.ts';
 
 export { kubeConfigAvailable, resolveNodeName } from './detect.ts';
+
+/** reportingController of every Event and Node write Vigil makes. */
+export const REPORTING_CONTROLLER = 'vigil.dev/node-health-agent';
+
+/** Posts an Event about this Node from beside the engine (diagnostic captures); the sink's EventRecorder is one. */
+export interface NodeEventRecorder {
+  record(reason: string, note: string, type?: 'Warning' | 'Normal'): void;
+}
 
 /** One request's options: its deadline (`signal`), and the Content-Type of a patch or the Accept of a list. */
 export interface RequestOptions {

@@ -1,4 +1,7 @@
-/** The agent: runs the monitors, the pipeline, the engine and the sinks for `vigil run`. */
+/**
+ * The composition root: assembles the agent (monitors, pipeline, engine, sinks) for `vigil run`,
+ * `vigil scan`, the test helpers and the benches.
+ */
 export { Agent } from './agent.ts';
 export type { AgentDeps, MonitorEntry, SinkEntry } from './agent.ts';
 export { buildMonitors } from './build-monitors.ts';
@@ -7,3 +10,10 @@ export { EVENT_LOOP_LAG_NAMES, LagSampler, UNUSED_RESOLUTION_MS, lagStats, regis
 export type { LagStats } from './event-loop-lag.ts';
 export { MAX_RULE_BYTES_TOTAL, loadRuleFiles } from './rule-files.ts';
 export type { RuleFiles } from './rule-files.ts';
+export { createEngine } from './engine.ts';
+export type { EngineParts } from './engine.ts';
+export { createReplay } from './scan.ts';
+export { adoptLate, adoptNodeConditions } from './adopt.ts';
+export type { AdoptingSink } from './adopt.ts';
+export { buildKubernetes } from './kubernetes.ts';
+export type { KubernetesParts } from './kubernetes.ts';

@@ -7,7 +7,9 @@ import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ConditionType, EngineEvent, FindingSink, Monitor, NodeHealth, Sink } from '../api/types.ts';
 import { CONDITIONS } from '../catalog/index.ts';
 import type { VigilConfig } from '../config/load.ts';
-import { Engine, type ConditionInfo } from '../engine/engine.ts';
+import type { Engine, ConditionInfo } from '../engine/engine.ts';
+import { createEngine } from './engine.ts';
+import { adoptLate, adoptNodeConditions, type AdoptingSink } from './adopt.ts';
 import { StateStore, type PersistedState } from '../state/store.ts';
 import { LogSink } from '../sinks/log/log-sink.ts';
 import { HttpServer } from '../sinks/http/server.ts';
@@ -22,6 +24,8 @@ import type { UnknownReasonName } from '../catalog/index.ts';
 export interface SinkEntry {
   sink: Sink;
   persist?: (state: PersistedState) => void;
+  /** The sink writes a Node's conditions: once serving, the engine adopts what the Node shows, then the sink writes. */
+  adopts?: AdoptingSink;
 }
 
 /** A monitor plus what the agent needs to know about it. */
@@ -64,7 +68,7 @@ export interface AgentDeps {
   /** Serves a kept diagnostic bundle on GET /diagnostics/<name> (src/diagnostics/node-diagnostic). */
   diagnosticBundle?: (name: string, token: string) => { path: string; bytes: number } | 'forbidden' | undefined;
   /** Extra sinks (Kubernetes), built once the engine exists. */
-  sinks?: (ctx: { engine: Engine; registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
+  sinks?: (ctx: { registry: Registry; restored: PersistedState | undefined; markDirty: () => void }) => SinkEntry[];
 }
 
 export class Agent {
@@ -126,18 +130,8 @@ export class Agent {
       for (const c of e.extraConditions ?? [])
         conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage, polarity: c.polarity });
     }
-    this.engine = new Engine({
-      bootId,
-      conditions,
-      lateConditions,
-      registry: this.registry,
-      repeatWindowMs: config.engine.repeatWindow,
-      flap: { maxActivations: config.engine.flap.maxActivations, windowMs: config.engine.flap.window },
-      escalations: config.engine.escalations.map((e) => ({ match: e.match, count: e.count, windowMs: e.window, raise: e.raise })),
-      ...(state?.engine ? { restored: state.engine } : {}),
-    });
-    this.sinkEntries =
-      deps.sinks?.({ engine: this.engine, registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
+    this.engine = createEngine(config, { bootId, conditions, lateConditions, registry: this.registry, restored: state?.engine });
+    this.sinkEntries = deps.sinks?.({ registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
     this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];
     const publish = (event: EngineEvent, health: NodeHealth): void => {
       for (const s of this.sinks) {
@@ -149,7 +143,9 @@ export class Agent {
       }
       this.store.schedule();
     };
+    const adopting = this.sinkEntries.flatMap((e) => (e.adopts ? [e.adopts] : []));
     this.engine.on((event: EngineEvent, health: NodeHealth) => {
+      if (adopting.length) health = adoptLate(this.engine, adopting, event) ?? health;
       if (this.held) {
         this.held.push({ event, health });
         return;
@@ -192,6 +188,14 @@ export class Agent {
   }
 
   private readonly sourceUp: Gauge<'monitor'>;
+
+  /**
+   * Feeds a part beside the flow (diagnostic captures) the engine's events like a sink, under the
+   * same per-sink guard. Attach before start(), so a fault found at start reaches it.
+   */
+  attach(sink: Sink): void {
+    this.sinks.push(sink);
+  }
 
   /**
    * Brings /healthz up to date from the monitors' own status (a source that reported itself blind
@@ -275,6 +279,11 @@ export class Agent {
         { event: 'condition', type: c.name, status: c.status, reason: c.reason, lastTransitionTime: c.lastTransitionTime },
         `${c.name} is ${c.status}: ${c.message}`,
       );
+    }
+    for (const e of this.sinkEntries) {
+      // In the background: an unreachable API server must not hold up detection.
+      if (e.adopts)
+        void adoptNodeConditions(this.engine, e.adopts).catch((err) => log.error({ err, sink: e.sink.name }, 'reading the Node failed'));
     }
     return { port: addr.port, address: addr.address };
   }
