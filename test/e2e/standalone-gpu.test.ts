@@ -5,10 +5,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { FakeNvmlEnv } from '../integration/nvml-helpers.ts';
-import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { startAgent, uniquePci, writeKmsg, writeGpuConfig } from '../helpers/agent-process.ts';
 import type { NodeHealth } from '../../src/api/index.ts';
 import { normalizePci } from '../../src/monitors/index.ts';
 
@@ -19,25 +19,7 @@ test('an NVML Xid 48 event on GPU 2 reaches /conditions with its UUID within a s
   const hostRoot = env.dir;
   const stateDir = path.join(env.dir, 'state');
   mkdirSync(stateDir);
-  const config = path.join(env.dir, 'vigil.yaml');
-  writeFileSync(
-    config,
-    [
-      'kernelLog:',
-      '  lookback: "0"',
-      'gpu:',
-      `  libraryPath: ${env.libraryPath}`,
-      '  watchdog: 2s',
-      '  pollInterval: 1s',
-      'monitors:',
-      `  hostRoot: ${hostRoot}`,
-      '  kernel: {enabled: false}',
-      '  networking: {enabled: false}',
-      '  storage: {enabled: false}',
-      '  runtime: {enabled: false}',
-      '',
-    ].join('\n'),
-  );
+  const config = writeGpuConfig(hostRoot, env.libraryPath, ['watchdog: 2s', 'pollInterval: 1s'], { kernelLog: true });
   const agent = await startAgent(['--standalone', '--state-dir', stateDir, '--config', config], { FAKE_NVML_CONFIG: env.configPath });
   t.after(() => agent.stop());
 

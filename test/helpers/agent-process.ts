@@ -3,7 +3,7 @@
  * lines and finding the port it listens on.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { openSync, writeSync, closeSync } from 'node:fs';
+import { openSync, writeSync, closeSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -134,22 +134,37 @@ export function uniquePci(): string {
  * sections (`kubernetes:`, `xid:`), one YAML line per item.
  */
 export function kernelLogOnlyConfig(extra: string[] = []): string {
-  return [
-    'kernelLog:',
-    '  lookback: "0"',
-    'monitors:',
-    '  kernel: {enabled: false}',
-    '  networking: {enabled: false}',
-    '  storage: {enabled: false}',
-    '  runtime: {enabled: false}',
-    'gpu:',
-    '  enabled: false',
-    ...extra,
-    '',
-  ].join('\n');
+  return ['kernelLog:', '  lookback: "0"', ...hostChecksOff(), 'gpu:', '  enabled: false', ...extra, ''].join('\n');
 }
 
 /** `vigil run` arguments for an agent reporting to a cluster as `node`. */
 export function kubeAgentArgs(kubeconfig: string, node: string, stateDir: string, config: string): string[] {
   return ['--kubeconfig', kubeconfig, '--node-name', node, '--state-dir', stateDir, '--config', config];
+}
+
+/** YAML lines of a `monitors:` section with every host check off (and the fake host's root, when given). */
+export function hostChecksOff(hostRoot?: string): string[] {
+  return [
+    'monitors:',
+    ...(hostRoot ? [`  hostRoot: ${hostRoot}`] : []),
+    '  kernel: {enabled: false}',
+    '  networking: {enabled: false}',
+    '  storage: {enabled: false}',
+    '  runtime: {enabled: false}',
+  ];
+}
+
+/**
+ * Writes `<dir>/vigil.yaml` for an agent that watches the fake GPUs under `dir` (its host root):
+ * `gpu` lines go under `gpu:` (libraryPath first), the host checks are off, and the kernel log is
+ * off or, with `kernelLog`, read from now on only. Returns the file's path.
+ */
+export function writeGpuConfig(dir: string, libraryPath: string, gpu: string[], o: { kernelLog?: boolean } = {}): string {
+  const file = path.join(dir, 'vigil.yaml');
+  const kernelLog = o.kernelLog ? ['kernelLog:', '  lookback: "0"'] : ['kernelLog: {enabled: false}'];
+  writeFileSync(
+    file,
+    [...kernelLog, 'gpu:', `  libraryPath: ${libraryPath}`, ...gpu.map((l) => `  ${l}`), ...hostChecksOff(dir), ''].join('\n'),
+  );
+  return file;
 }

@@ -18,7 +18,7 @@ import { loadConfig } from '../../src/config/index.ts';
 import { GpuMonitor, KernelLogMonitor } from '../../src/monitors/index.ts';
 import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/index.ts';
-import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, writeGpuConfig } from '../helpers/agent-process.ts';
 import { FakeDcgmEnv, dcgmConfig } from './dcgm-helpers.ts';
 import { fakeGpus } from '../../native/fake-nvml/build.ts';
 
@@ -143,24 +143,10 @@ test(
   { timeout: 120_000 },
   async (t) => {
     const env = new FakeDcgmEnv(2);
-    const file = path.join(env.dir, 'vigil.yaml');
-    writeFileSync(
-      file,
-      [
-        'kernelLog: {enabled: false}',
-        'gpu:',
-        `  libraryPath: ${env.libraryPath}`,
-        '  source: dcgm',
-        `  dcgm: {libraryPath: ${env.dcgmLibrary}, probeInterval: 100ms}`,
-        'monitors:',
-        `  hostRoot: ${env.dir}`,
-        '  kernel: {enabled: false}',
-        '  networking: {enabled: false}',
-        '  storage: {enabled: false}',
-        '  runtime: {enabled: false}',
-        '',
-      ].join('\n'),
-    );
+    const file = writeGpuConfig(env.dir, env.libraryPath, [
+      'source: dcgm',
+      `dcgm: {libraryPath: ${env.dcgmLibrary}, probeInterval: 100ms}`,
+    ]);
     const agent = await startAgent(['--standalone', '--state-dir', path.join(env.dir, 'state'), '--config', file], {
       FAKE_NVML_CONFIG: env.configPath,
       FAKE_DCGM_CONFIG: env.dcgmScript,

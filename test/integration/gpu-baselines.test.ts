@@ -4,33 +4,15 @@
  * the restart, and counts that did not grow are not raised again, however high they are.
  */
 import { strict as assert } from 'node:assert';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { startAgent, type AgentProcess } from '../helpers/agent-process.ts';
+import { startAgent, type AgentProcess, writeGpuConfig } from '../helpers/agent-process.ts';
 import { FakeNvmlEnv } from './nvml-helpers.ts';
 
 function writeConfig(env: FakeNvmlEnv): string {
-  const file = path.join(env.dir, 'vigil.yaml');
-  writeFileSync(
-    file,
-    [
-      'kernelLog: {enabled: false}',
-      'gpu:',
-      `  libraryPath: ${env.libraryPath}`,
-      '  watchdog: 2s',
-      '  pollInterval: 10m', // only the poll at start: each run judges once
-      '  events: false',
-      'monitors:',
-      `  hostRoot: ${env.dir}`,
-      '  kernel: {enabled: false}',
-      '  networking: {enabled: false}',
-      '  storage: {enabled: false}',
-      '  runtime: {enabled: false}',
-      '',
-    ].join('\n'),
-  );
-  return file;
+  // Only the poll at start: each run judges once.
+  return writeGpuConfig(env.dir, env.libraryPath, ['watchdog: 2s', 'pollInterval: 10m', 'events: false']);
 }
 
 /** The GPU monitor polls once inside start(), before the agent logs "started" (startAgent waits for it). */

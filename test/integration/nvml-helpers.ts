@@ -19,6 +19,7 @@ import {
 export { SLOWDOWN, slow } from '../helpers/slowdown.ts';
 import { slow } from '../helpers/slowdown.ts';
 export { RecordingSink } from '../helpers/recording-sink.ts';
+import { RecordingSink } from '../helpers/recording-sink.ts';
 
 /** A temp dir holding the fake's JSON script and a fake sysfs; sets FAKE_NVML_CONFIG. */
 export class FakeNvmlEnv {
@@ -96,4 +97,23 @@ export function fakeMonitor(
     ...(now ? { now } : {}),
   });
   return { monitor, registry, logs };
+}
+
+/**
+ * Two fake GPUs behind a started GPU monitor whose NVML events run (the parity tests' setup):
+ * what it found, and GPU 1's PCI address, which the kernel-log lines name. Stopped after the test.
+ */
+export async function eventsOnTwoGpus(t: {
+  after: (fn: () => Promise<void>) => void;
+}): Promise<{ env: FakeNvmlEnv; sink: RecordingSink; pci: string }> {
+  const env = new FakeNvmlEnv(2);
+  const { monitor } = fakeMonitor(env);
+  t.after(async () => {
+    await monitor.stop();
+    env.cleanup();
+  });
+  const sink = new RecordingSink();
+  await monitor.start(sink);
+  if (monitor.snapshot().events.status !== 'running') throw new Error(`NVML events are ${monitor.snapshot().events.status}, not running`);
+  return { env, sink, pci: monitor.inventory()[1].pci! };
 }

@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Finding } from '../../src/api/index.ts';
 import { KernelLogClassifier } from '../../src/monitors/index.ts';
-import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
+import { eventsOnTwoGpus } from './nvml-helpers.ts';
 
 const kernel = (message: string): Finding => {
   const [f] = new KernelLogClassifier().classify({ message }, Date.now());
@@ -16,16 +16,7 @@ const kernel = (message: string): Finding => {
 };
 
 test('Xids 1-160 and the Xid 154 recovery actions: NVML events and kernel-log lines agree on reason and entity', async (t) => {
-  const env = new FakeNvmlEnv(2);
-  const { monitor } = fakeMonitor(env);
-  t.after(async () => {
-    await monitor.stop();
-    env.cleanup();
-  });
-  const sink = new RecordingSink();
-  await monitor.start(sink);
-  assert.equal(monitor.snapshot().events.status, 'running');
-  const pci = monitor.inventory()[1].pci!;
+  const { env, sink, pci } = await eventsOnTwoGpus(t);
 
   for (let code = 1; code <= 160; code++) env.event({ gpu: 1, type: 8, data: code });
   await sink.waitFor((f) => f.attrs?.xid === 160, 20_000);

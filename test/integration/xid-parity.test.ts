@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import type { Finding } from '../../src/api/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
 import { KernelLogClassifier } from '../../src/monitors/index.ts';
-import { FakeNvmlEnv, RecordingSink, fakeMonitor } from './nvml-helpers.ts';
+import { eventsOnTwoGpus } from './nvml-helpers.ts';
 
 const CATALOG_XIDS = [...Array.from({ length: 172 }, (_, i) => i + 1), 999];
 const NVLINK5 = [144, 145, 146, 147, 148, 149, 150];
@@ -34,16 +34,7 @@ function kernel(message: string): Finding {
 const view = (f: Finding) => ({ reason: f.reason, severity: lookupReason(f.reason)?.severity, entity: f.entity });
 
 test('every catalog Xid gives the same reason, severity and entity through NVML events and the kernel log', async (t) => {
-  const env = new FakeNvmlEnv(2);
-  const { monitor } = fakeMonitor(env);
-  t.after(async () => {
-    await monitor.stop();
-    env.cleanup();
-  });
-  const sink = new RecordingSink();
-  await monitor.start(sink);
-  assert.equal(monitor.snapshot().events.status, 'running');
-  const pci = monitor.inventory()[1].pci!;
+  const { env, sink, pci } = await eventsOnTwoGpus(t);
   const rows: { case: string; nvml: ReturnType<typeof view>; kmsg: ReturnType<typeof view> }[] = [];
 
   // Xids without a sub-decode: all at once, in order.
