@@ -42,7 +42,7 @@ const EXTRA = {
   'engine>native': 'the engine is pure: it imports no I/O folder',
   'sources>catalog': 'sources know no rules: raw records only, no reasons',
   'sources>api': 'sources know no rules: raw records only, no findings',
-  'sinks>engine': 'sinks only receive: the root (src/app) adopts what a Node shows and feeds them the engine\'s events',
+  'sinks>engine': "sinks only receive: the root (src/app) adopts what a Node shows and feeds them the engine's events",
 };
 const floorOf = new Map(FLOORS.flatMap((names, i) => names.map((n) => [n, i])));
 const floorName = (i) => `floor ${i}: ${FLOORS[i].join(', ')}`;
