@@ -20,6 +20,7 @@ const FLOORS = [
   ['config'],
   ['sources', 'scheduler', 'health', 'kube'],
   ['engine', 'monitors', 'state'],
+  ['settings'],
   ['pipeline'],
   ['sinks', 'remediation', 'diagnostics'],
   ['app'],

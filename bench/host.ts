@@ -5,7 +5,7 @@
  * the figures are medians over the warm cycles. The agent-wide idle figures are bench/idle.ts's.
  */
 import { HostMonitors } from '../src/monitors/host-monitors.ts';
-import { hostMonitorsConfigSchema } from '../src/config/index.ts';
+import { hostMonitorsConfigSchema } from '../src/monitors/index.ts';
 
 const WARM_CYCLES = 7;
 

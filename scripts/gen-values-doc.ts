@@ -4,7 +4,7 @@
  * between the README's markers; test/deploy/helm.test.ts fails when the README is stale.
  *
  * `--write` first regenerates the schema of the `extraConfig` value from the agent's own
- * configuration schema (src/config/schema.ts), so `helm install` refuses an extra option the agent
+ * configuration schema (src/settings/schema.ts), so `helm install` refuses an extra option the agent
  * would refuse at start (an unknown key, a wrong type, a value out of range) instead of rendering a
  * DaemonSet whose every pod crash-loops. test/deploy/helm-values.test.ts fails when it is stale.
  */
@@ -13,7 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as z from 'zod';
 import { durationValue, positiveDurationValue } from '../src/config/duration.ts';
-import { configSchema } from '../src/config/schema.ts';
+import { configSchema } from '../src/settings/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const SCHEMA = path.join(ROOT, 'deploy/helm/vigil/values.schema.json');

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ConditionType, EngineEvent, FindingSink, Monitor, NodeHealth, Sink } from '../api/types.ts';
 import { CONDITIONS } from '../catalog/index.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import type { Engine, ConditionInfo } from '../engine/engine.ts';
 import { createEngine } from './engine.ts';
 import { adoptLate, adoptNodeConditions, type AdoptingSink } from './adopt.ts';

@@ -3,13 +3,14 @@ import { summarizeCounts } from '../util/summarize.ts';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { ConditionType, FindingSink } from '../api/types.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import type { PersistedState } from '../state/store.ts';
 import type { MonitorEntry } from './agent.ts';
 import { loadRuleFiles } from './rule-files.ts';
 import { NATIVE_MAX_PATTERNS, regexEngineInfo } from '../config/regex.ts';
 import { KernelLogMonitor } from '../monitors/kernel-log/monitor.ts';
 import { HostMonitors } from '../monitors/host-monitors.ts';
+import { POLLED_MONITORS } from '../monitors/registry.ts';
 import { WorkQueue } from '../scheduler/work-queue.ts';
 import { GpuMonitor } from '../monitors/gpu/monitor.ts';
 import { gpuBelow } from '../monitors/gpu/attribution.ts';
@@ -48,12 +49,8 @@ export function buildMonitors(config: VigilConfig, ctx: BuildContext): MonitorEn
 
 function hostEntry(config: VigilConfig, ctx: BuildContext, queue: WorkQueue): MonitorEntry | undefined {
   const m = config.monitors;
-  const conditions: ConditionType[] = [
-    ...(m.kernel.enabled ? (['KernelReady'] as const) : []),
-    ...(m.networking.enabled ? (['NetworkingReady'] as const) : []),
-    ...(m.storage.enabled ? (['StorageReady'] as const) : []),
-    ...(m.runtime.enabled ? (['ContainerRuntimeReady'] as const) : []),
-  ];
+  // The condition of each enabled polled module, once (two modules may watch one condition).
+  const conditions = [...new Set(POLLED_MONITORS.filter((p) => m[p.name].enabled).map((p) => p.condition))];
   if (conditions.length === 0) return undefined;
   return { monitor: new HostMonitors(m, { scheduler: queue, log: ctx.log }), conditions };
 }

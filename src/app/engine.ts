@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { ConditionType } from '../api/types.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import { Engine, type ConditionInfo, type EngineSnapshot } from '../engine/engine.ts';
 import { engineSettings } from '../pipeline/settings.ts';
 

@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import { makeClients, type KubeClients } from '../kube/client.ts';
 import { Quarantine } from '../remediation/quarantine.ts';
 import { KubernetesSink, type KubernetesSinkOptions } from '../sinks/kubernetes/sink.ts';

@@ -1,5 +1,5 @@
 /** Loads the rule files a configuration names; errors name the file, the rule and the field. */
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import { readConfigText } from '../config/read-file.ts';
 import { parseUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
 import { parseNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';

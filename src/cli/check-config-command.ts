@@ -2,7 +2,7 @@
  * `vigil check-config FILE`: validates a configuration and every rule file it names, with the same
  * checks `run` applies when it loads them, so a file that passes here does not break `run`.
  */
-import { loadConfig } from '../config/load.ts';
+import { loadConfig } from '../settings/index.ts';
 import { loadRuleFiles } from '../app/rule-files.ts';
 import { messageWithCode } from '../util/errors.ts';
 

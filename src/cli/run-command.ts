@@ -1,6 +1,6 @@
 /** `vigil run`: the agent's main job. */
 import pino from 'pino';
-import { loadConfig, type VigilConfig } from '../config/load.ts';
+import { loadConfig, type VigilConfig } from '../settings/index.ts';
 import { kubeconfigProblem } from '../config/kubeconfig.ts';
 import { nodeNameProblem } from '../config/node-name.ts';
 import { Agent } from '../app/agent.ts';

@@ -10,7 +10,7 @@
  */
 import { open } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { loadConfig, type VigilConfig } from '../config/load.ts';
+import { loadConfig, type VigilConfig } from '../settings/index.ts';
 import { loadRuleFiles, type RuleFiles } from '../app/rule-files.ts';
 import { createReplay } from '../app/scan.ts';
 import { MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';

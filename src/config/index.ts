@@ -1,29 +1,15 @@
 /**
- * The configuration: one schema for Vigil's core options and every monitor's section, the one
- * duration parser, and the loaders. This folder imports nothing from src/monitors; monitors import
- * their sections and types from here.
+ * What every part of the configuration shares: the core sections, the duration and regex parsers,
+ * the Xid list, check schedules, file paths, and the YAML loader. Monitors keep their own sections
+ * in their folders; src/settings assembles the whole file.
  */
-export { ConfigError, loadConfig, parseConfig, type VigilConfig } from './load.ts';
-export { configSchema, engineConfig, kernelLogConfig, kernelLogPathProblem, kubernetesConfig } from './schema.ts';
+export { ConfigError, loadYamlConfig, parseYamlConfig } from './load.ts';
+export { conditionNames, diagnosticsConfig, engineConfig, kubernetesConfig, quarantineConfig, sourceRetryConfig } from './schema.ts';
 export { duration, durationValue, positiveDuration, positiveDurationValue } from './duration.ts';
 export { DEFAULT_FATAL_XIDS, xidConfig, xidList } from './xid.ts';
-export { gpuSectionSchema, type GpuSection } from './gpu.ts';
-export {
-  ENA_COUNTERS,
-  hostMonitorsConfigSchema,
-  kernelConfigSchema,
-  networkingConfigSchema,
-  runtimeConfigSchema,
-  schedulerConfigSchema,
-  storageConfigSchema,
-  type EnaCounter,
-  type HostMonitorsConfig,
-  type HostMonitorsConfigInput,
-  type KernelConfig,
-  type NetworkingConfig,
-  type RuntimeConfig,
-  type StorageConfig,
-} from './host.ts';
+export { checkTiming, MINUTE, ratio } from './check-timing.ts';
+export { filePath, MAX_RULE_FILES } from './file-path.ts';
+export { schedulerConfigSchema } from './scheduler.ts';
 export { kubeconfigProblem } from './kubeconfig.ts';
 export { LISTEN_FORMAT, parseListen, type ListenAddress } from './listen.ts';
 export {

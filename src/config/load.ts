@@ -1,13 +1,11 @@
 /**
- * Loads and validates the YAML configuration. Every error names the file and the field, and all
- * errors are reported at once.
+ * Reads and validates a YAML configuration against a schema (src/settings gives the whole file's).
+ * Every error names the file and the field, and all errors are reported at once.
  */
 import YAML from 'yaml';
+import type * as z from 'zod';
 import { errorMessage, VigilError } from '../util/errors.ts';
 import { MAX_CONFIG_FILE_BYTES, readConfigText } from './read-file.ts';
-import { configSchema, type VigilConfig } from './schema.ts';
-
-export type { VigilConfig };
 
 export class ConfigError extends VigilError {
   constructor(message: string) {
@@ -22,7 +20,7 @@ export class ConfigError extends VigilError {
  */
 const MAX_ALIASES = 100;
 
-export function parseConfig(text: string, source = 'config'): VigilConfig {
+export function parseYamlConfig<S extends z.ZodType>(schema: S, text: string, source = 'config'): z.output<S> {
   // Checked before parsing: the parser's time and memory grow with the text (see read-file.ts).
   if (Buffer.byteLength(text) > MAX_CONFIG_FILE_BYTES) {
     throw new ConfigError(`${source}: too large: the limit is ${MAX_CONFIG_FILE_BYTES / 1024} KiB`);
@@ -35,7 +33,7 @@ export function parseConfig(text: string, source = 'config'): VigilConfig {
   } catch (err) {
     throw new ConfigError(`${source}: not valid YAML: ${errorMessage(err)}`);
   }
-  const result = configSchema.safeParse(raw);
+  const result = schema.safeParse(raw);
   if (!result.success) {
     const lines = result.error.issues.map((i) => {
       const field = i.path.length ? i.path.join('.') : '(top level)';
@@ -47,13 +45,13 @@ export function parseConfig(text: string, source = 'config'): VigilConfig {
   return result.data;
 }
 
-export function loadConfig(file: string | undefined): VigilConfig {
-  if (!file) return parseConfig('{}', 'defaults');
+export function loadYamlConfig<S extends z.ZodType>(schema: S, file: string | undefined): z.output<S> {
+  if (!file) return parseYamlConfig(schema, '{}', 'defaults');
   let text: string;
   try {
     text = readConfigText(file);
   } catch (err) {
     throw new ConfigError(`${file}: ${errorMessage(err)}`);
   }
-  return parseConfig(text, file);
+  return parseYamlConfig(schema, text, file);
 }

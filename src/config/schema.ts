@@ -1,24 +1,20 @@
 /**
- * The configuration file's schema: Vigil's core options and every monitor's section, in this one
- * folder, which imports nothing from src/monitors (the monitors import their sections from here).
- * Every option has a default, so an empty file is valid; unknown keys are rejected so a typo is an
- * error rather than a silently ignored setting. Values that would break `run` are refused here,
- * so `check-config` and `run` agree. docs/configuration.md describes each option.
+ * The core sections of the configuration file (engine, Kubernetes, quarantine, diagnostics, source
+ * retries, condition names); src/settings assembles them with every monitor's own section. Every
+ * option has a default, so an empty file is valid; unknown keys are rejected so a typo is an error
+ * rather than a silently ignored setting. Values that would break `run` are refused here, so
+ * `check-config` and `run` agree. docs/configuration.md describes each option.
  */
-import { statSync } from 'node:fs';
 import * as z from 'zod';
 import { CONDITION_TYPES } from '../api/types.ts';
 import { duration, positiveDuration } from './duration.ts';
-import { gpuSectionSchema } from './gpu.ts';
-import { hostMonitorsConfigSchema } from './host.ts';
 import { kubeconfigProblem } from './kubeconfig.ts';
-import { nodeNameString } from './node-name.ts';
-import { LISTEN_FORMAT, parseListen } from './listen.ts';
 import { regexString } from './regex.ts';
-import { xidConfig } from './xid.ts';
+import { filePath } from './file-path.ts';
 import { DIAGNOSTIC_CATEGORIES } from '../diagnostics/bundle.ts';
 
-const conditionNames = z
+/** `conditions.names`: the name each condition type is written under on the Node. */
+export const conditionNames = z
   .strictObject(
     Object.fromEntries(
       CONDITION_TYPES.map((t) => [
@@ -40,53 +36,12 @@ const conditionNames = z
     }
   });
 
-/** A file path: at most PATH_MAX (4096) bytes, the longest the kernel opens. */
-const filePath = z.string().min(1, 'must not be empty').max(4096);
-/** Rule files per list; each is read whole at start. */
-const MAX_RULE_FILES = 64;
-
 const escalation = z.strictObject({
   match: regexString,
   count: z.number().int().min(2),
   window: duration('10m'),
   raise: z.string().min(1),
 });
-
-export const kernelLogConfig = z
-  .strictObject({
-    enabled: z.boolean().default(true),
-    /** The kernel log device; tests point it elsewhere. */
-    path: filePath.default('/dev/kmsg'),
-    /** On a first start or a new boot, records younger than this are classified; 0 = only new ones. */
-    lookback: duration('5m'),
-    /** AER corrected errors on one device within `window` that raise PCIeCorrectedErrors. */
-    pcieCorrected: z.strictObject({ count: z.number().int().min(1).default(20), window: duration('1h') }).prefault({}),
-    /** YAML files of user rules (see docs/configuration.md). */
-    userRules: z.array(filePath).max(MAX_RULE_FILES).default([]),
-    /** node-problem-detector system-log-monitor JSON files, loaded as they are. */
-    npdConfigs: z.array(filePath).max(MAX_RULE_FILES).default([]),
-  })
-  .superRefine((k, ctx) => {
-    const problem = k.enabled ? kernelLogPathProblem(k.path) : undefined;
-    if (problem) ctx.addIssue({ code: 'custom', path: ['path'], message: problem });
-  });
-
-/**
- * The reader needs a device that returns one record per read and EAGAIN when drained (/dev/kmsg),
- * or a FIFO; a regular file would be read as one blob and then spin at end of file. A path that is
- * missing or unreadable is not refused: the agent reports KernelReady Unknown until it can read.
- */
-export function kernelLogPathProblem(path: string): string | undefined {
-  let st;
-  try {
-    st = statSync(path);
-  } catch {
-    return undefined;
-  }
-  if (st.isCharacterDevice() || st.isFIFO()) return undefined;
-  const kind = st.isFile() ? 'a regular file' : st.isDirectory() ? 'a directory' : 'not a device';
-  return `${path} is ${kind}: expected the kernel log device (/dev/kmsg) or a FIFO`;
-}
 
 export const engineConfig = z.strictObject({
   /** A repeat of an active problem is logged/re-emitted at most once per window; repeats are counted. */
@@ -213,32 +168,3 @@ export const diagnosticsConfig = diagnosticsFields.superRefine((d, ctx) => {
 export const sourceRetryConfig = z.strictObject({ initial: positiveDuration('1s'), max: positiveDuration('5m') }).superRefine((r, ctx) => {
   if (r.max < r.initial) ctx.addIssue({ code: 'custom', path: ['max'], message: 'must be at least sourceRetry.initial' });
 });
-
-export const configSchema = z.strictObject({
-  nodeName: nodeNameString.optional(),
-  stateDir: filePath.default('/var/lib/vigil'),
-  listen: z
-    .string()
-    .superRefine((s, ctx) => {
-      if (!parseListen(s)) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)}: ${LISTEN_FORMAT}` });
-    })
-    .default('127.0.0.1:9464'),
-  logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error']).default('info'),
-  conditions: z.strictObject({ names: conditionNames.prefault({}) }).prefault({}),
-  xid: xidConfig.prefault({}),
-  engine: engineConfig.prefault({}),
-  /** Retries of a source that cannot see, with backoff. */
-  sourceRetry: sourceRetryConfig.prefault({}),
-  kernelLog: kernelLogConfig.prefault({}),
-  kubernetes: kubernetesConfig.prefault({}),
-  /** Diagnostic bundles: NodeDiagnostic requests and automatic capture on Fatal findings. */
-  diagnostics: diagnosticsConfig.prefault({}),
-  /** Optional cordon + taint on a Fatal condition (off by default). */
-  quarantine: quarantineConfig.prefault({}),
-  /** The NVIDIA GPU monitor (NVML). */
-  gpu: gpuSectionSchema.prefault({}),
-  /** The polled host checks: kernel, networking, storage, container runtime. */
-  monitors: hostMonitorsConfigSchema,
-});
-
-export type VigilConfig = z.output<typeof configSchema>;

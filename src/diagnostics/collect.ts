@@ -15,7 +15,7 @@ import { mkdir, mkdtemp, readdir, rename, rm, stat, writeFile } from 'node:fs/pr
 import os from 'node:os';
 import path from 'node:path';
 import { create as createTar } from 'tar';
-import { loadConfig, parseConfig, type VigilConfig } from '../config/index.ts';
+import { loadConfig, parseConfig, type VigilConfig } from '../settings/index.ts';
 import { execBounded, hostPath, readFileSmall } from '../sources/host/index.ts';
 import { parseDuration } from '../util/duration.ts';
 import { errorCode, errorMessage, VigilError } from '../util/errors.ts';

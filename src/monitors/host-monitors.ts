@@ -1,6 +1,6 @@
 /**
- * The host monitors (kernel, networking, storage, container runtime) as one Monitor: it puts each
- * enabled check on the shared work queue and publishes reports to the FindingSink.
+ * The polled monitors of registry.ts (kernel, networking, storage, container runtime) as one Monitor:
+ * it puts each enabled check on the shared work queue and publishes reports to the FindingSink.
  *
  * Wiring:
  *   const sched = cfg.monitors.scheduler;
@@ -10,32 +10,19 @@
  *   await host.start(sink); // adds its checks and starts the queue
  */
 import type { Registry } from 'prom-client';
-import type { ConditionType, FindingSink, Monitor } from '../api/types.ts';
-import type { UnknownReasonName } from '../catalog/index.ts';
+import type { FindingSink, Monitor } from '../api/types.ts';
 import { errorMessage } from '../util/errors.ts';
 import { WorkQueue, type CheckStatus, type RunRecord, type ScheduledCheck } from '../scheduler/work-queue.ts';
-import type { ExecFn } from '../sources/host/exec.ts';
 import { ReportPublisher, type HostCheck } from './host-check.ts';
-import type { HostMonitorsConfig } from '../config/index.ts';
-import { kernelChecks, type KernelSyscalls } from './kernel/index.ts';
-import { networkingChecks } from './networking/index.ts';
-import type { LookupFn } from './networking/read.ts';
-import { runtimeChecks } from './runtime/index.ts';
-import { storageChecks, type StatfsFn } from './storage/index.ts';
+import type { HostDeps } from './host-deps.ts';
+import { POLLED_MONITORS, type HostMonitorsConfig } from './registry.ts';
+
+export type { HostDeps } from './host-deps.ts';
 
 /** The subset of a pino logger used here. */
 export interface HostLog {
   warn(obj: object, msg: string): void;
   debug?(obj: object, msg: string): void;
-}
-
-/** Seams for tests: replace syscalls, spawning, DNS and statfs. */
-export interface HostDeps {
-  kernel: KernelSyscalls;
-  exec: ExecFn;
-  lookup: LookupFn;
-  statfs: StatfsFn;
-  env: NodeJS.ProcessEnv;
 }
 
 export interface HostMonitorsOptions {
@@ -47,23 +34,13 @@ export interface HostMonitorsOptions {
   deps?: Partial<HostDeps>;
 }
 
-/** What each domain's checks watch, and the reason its condition carries while a check cannot run. */
-const DOMAINS: Record<string, { condition: ConditionType; reason: UnknownReasonName }> = {
-  kernel: { condition: 'KernelReady', reason: 'KernelChecksUnavailable' },
-  networking: { condition: 'NetworkingReady', reason: 'NetworkingChecksUnavailable' },
-  storage: { condition: 'StorageReady', reason: 'StorageChecksUnavailable' },
-  runtime: { condition: 'ContainerRuntimeReady', reason: 'ContainerRuntimeChecksUnavailable' },
-};
-
-/** Every enabled host check, in a fixed order. */
+/** Every enabled host check, in the registry's order. */
 export function buildHostChecks(cfg: HostMonitorsConfig, deps: Partial<HostDeps> = {}): HostCheck[] {
-  return [
-    ...(cfg.kernel.enabled ? kernelChecks(cfg.kernel, deps.kernel) : []),
-    ...(cfg.networking.enabled ? networkingChecks(cfg.networking, deps) : []),
-    ...(cfg.storage.enabled ? storageChecks(cfg.storage, deps) : []),
-    ...(cfg.runtime.enabled ? runtimeChecks(cfg.runtime, deps) : []),
-  ];
+  return POLLED_MONITORS.flatMap((m) => m.checksFrom(cfg, deps));
 }
+
+/** The module a check belongs to (its name's prefix): what it watches, and its reason while it cannot run. */
+const moduleOf = (check: HostCheck) => POLLED_MONITORS.find((m) => check.name.startsWith(`${m.name}.`));
 
 export class HostMonitors implements Monitor {
   readonly name = 'host';
@@ -113,7 +90,7 @@ export class HostMonitors implements Monitor {
   toScheduled(check: HostCheck, out: FindingSink): ScheduledCheck {
     const publisher = new ReportPublisher();
     const root = this.cfg.hostRoot;
-    const domain = DOMAINS[check.name.split('.')[0] ?? ''];
+    const domain = moduleOf(check);
     // A check that cannot run (throws, or overruns its budget) leaves its condition blind: Unknown,
     // until a run completes. Reported on change only.
     let blind = false;
@@ -125,7 +102,7 @@ export class HostMonitors implements Monitor {
         conditions: [domain.condition],
         up,
         at: Date.now(),
-        ...(up ? {} : { reason: domain.reason, message: `check ${check.name} cannot run: ${why ?? 'unknown error'}` }),
+        ...(up ? {} : { reason: domain.unknownReason, message: `check ${check.name} cannot run: ${why ?? 'unknown error'}` }),
       });
     };
     return {

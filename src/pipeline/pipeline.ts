@@ -7,7 +7,7 @@
  */
 import { Counter, type Registry } from 'prom-client';
 import type { FindingSink, Monitor } from '../api/types.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import { attributeGpu, type GpuLookup } from '../monitors/gpu/attribution.ts';
 import { isIgnoredXid } from '../monitors/xid/policy.ts';
 

@@ -11,7 +11,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import { Registry } from 'prom-client';
 import type { ConditionType, EmittedFinding, Finding, FindingSink } from '../api/types.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import type { ConditionInfo, Engine } from '../engine/engine.ts';
 import { KernelLogClassifier } from '../monitors/kernel-log/classify.ts';
 import type { NpdConfig } from '../monitors/kernel-log/npd.ts';

@@ -4,7 +4,7 @@
  */
 import type { ConditionType } from '../api/types.ts';
 import { CONDITIONS } from '../catalog/index.ts';
-import type { VigilConfig } from '../config/load.ts';
+import type { VigilConfig } from '../settings/index.ts';
 import type { ConditionInfo, EngineOptions } from '../engine/engine.ts';
 import type { ClassifierOptions } from '../monitors/kernel-log/classify.ts';
 import type { NpdConfig } from '../monitors/kernel-log/npd.ts';

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as k8s from '@kubernetes/client-node';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { SCHEMA, extraConfigSchema, schemaWithExtraConfig } from '../../scripts/gen-values-doc.ts';
 import { CHART, HELM, ROOT, ensureTools, run, type Manifest } from './tools.ts';
 

@@ -13,7 +13,7 @@ import YAML from 'yaml';
 import type * as k8s from '@kubernetes/client-node';
 import { startCluster } from '../helpers/cluster.ts';
 import { README, readmeWithTable } from '../../scripts/gen-values-doc.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { CHART, HELM, KUBECTL, ROOT, chartValues, ensureTools, helmTemplate, ok, only, run, type Manifest } from './tools.ts';
 
 const MONITORS = ['kernelLog', 'gpu', 'kernel', 'networking', 'storage', 'runtime'] as const;

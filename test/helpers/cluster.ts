@@ -21,7 +21,7 @@ import { KUBECTL } from '../deploy/tools.ts';
 import type { Engine, ConditionInfo, EngineSnapshot } from '../../src/engine/index.ts';
 import type { KubernetesSink, KubernetesSinkOptions } from '../../src/sinks/index.ts';
 import { adoptLate, adoptNodeConditions, buildKubernetes, createEngine } from '../../src/app/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { makeClients } from '../../src/kube/index.ts';
 import type { BuiltinConditionType } from '../../src/api/index.ts';
 

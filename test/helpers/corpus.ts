@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { z } from 'zod';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { createReplay } from '../../src/app/index.ts';
 import type { LineKind } from '../../src/sources/index.ts';
 import type { Finding } from '../../src/api/index.ts';

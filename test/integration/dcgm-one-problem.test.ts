@@ -14,7 +14,7 @@ import { Registry } from 'prom-client';
 import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
 import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
-import { loadConfig } from '../../src/config/index.ts';
+import { loadConfig } from '../../src/settings/index.ts';
 import { GpuMonitor, KernelLogMonitor } from '../../src/monitors/index.ts';
 import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/index.ts';

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildHostChecks, HostMonitors, type CheckReport } from '../../src/monitors/index.ts';
-import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
+import { hostMonitorsConfigSchema } from '../../src/monitors/index.ts';
 import type { Finding, HealthySignal } from '../../src/api/index.ts';
 import { errorMessage } from '../../src/util/index.ts';
 

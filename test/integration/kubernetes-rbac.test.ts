@@ -12,7 +12,7 @@ import type pino from 'pino';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
 import { Agent } from '../../src/app/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { KubernetesSink } from '../../src/sinks/index.ts';
 import { makeClients } from '../../src/kube/index.ts';
 import {

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, HealthySignal } from '../../src/api/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { makeClients } from '../../src/kube/index.ts';
 import {
   CORDONED_BY_VIGIL_ANNOTATION,

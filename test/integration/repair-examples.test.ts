@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import * as k8s from '@kubernetes/client-node';
 import { CONDITION_TYPES } from '../../src/api/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 import { KUBECTL, ensureTools, helmTemplate, ok, run, type Manifest } from '../deploy/tools.ts';
 

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
 import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
-import { loadConfig } from '../../src/config/index.ts';
+import { loadConfig } from '../../src/settings/index.ts';
 import { KernelLogMonitor } from '../../src/monitors/index.ts';
 import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
 import { KmsgReader } from '../../src/sources/index.ts';

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { loadCatalogYaml, paths } from '../../scripts/gen-catalog.ts';
 import { CONDITION_TYPES as API_CONDITION_TYPES, type BuiltinFinding, type Finding } from '../../src/api/index.ts';
 import { CONDITIONS, CONDITION_TYPES, isReasonName, lookupReason, ruleReason, type ReasonName } from '../../src/catalog/index.ts';
-import { configSchema } from '../../src/config/index.ts';
+import { configSchema } from '../../src/settings/index.ts';
 import { finding, type RuleHit } from '../../src/monitors/index.ts';
 
 const base = { message: 'm', source: 'kmsg', entity: '', at: 0 } as const;

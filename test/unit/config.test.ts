@@ -4,7 +4,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ConfigError, durationValue, kubeconfigProblem, parseConfig, parseListen, regexProblem } from '../../src/config/index.ts';
+import { ConfigError, durationValue, kubeconfigProblem, parseListen, regexProblem } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { parseUserRules } from '../../src/monitors/index.ts';
 
 /** The message of the ConfigError that parsing `yaml` throws. */

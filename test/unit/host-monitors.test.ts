@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { HostMonitors, ReportPublisher, type StatfsFn } from '../../src/monitors/index.ts';
-import { hostMonitorsConfigSchema } from '../../src/config/index.ts';
+import { hostMonitorsConfigSchema } from '../../src/monitors/index.ts';
 import { WorkQueue } from '../../src/scheduler/index.ts';
 import { lookupReason } from '../../src/catalog/index.ts';
 import { fakeExec, fx, RecordingSink } from './host-helpers.ts';

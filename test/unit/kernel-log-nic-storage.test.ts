@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Finding, FindingSink, HealthySignal } from '../../src/api/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { KernelLogClassifier, KernelLogMonitor } from '../../src/monitors/index.ts';
 import { createReplay } from '../../src/app/index.ts';
 import type { KmsgIo } from '../../src/sources/index.ts';

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { HttpServer } from '../../src/sinks/index.ts';
 import {
   parseSpec,

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type { EmittedFinding } from '../../src/api/index.ts';
-import { parseConfig } from '../../src/config/index.ts';
+import { parseConfig } from '../../src/settings/index.ts';
 import { loadNpdConfig, type NpdConfig } from '../../src/monitors/index.ts';
 import { LineSplitter, replayStream, type ReplaySummary } from '../../src/pipeline/index.ts';
 import { createReplay } from '../../src/app/index.ts';

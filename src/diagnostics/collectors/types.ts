@@ -1,5 +1,5 @@
 /** What a collector is and what it is given; the runner (../collect.ts) enforces time and size. */
-import type { VigilConfig } from '../../config/index.ts';
+import type { VigilConfig } from '../../settings/index.ts';
 import type { ExecResult } from '../../sources/host/index.ts';
 import type { DiagnosticCategory } from '../bundle.ts';
 import { VigilError } from '../../util/errors.ts';

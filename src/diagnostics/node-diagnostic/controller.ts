@@ -12,7 +12,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EmittedFinding, EngineEvent, Sink } from '../../api/types.ts';
-import type { VigilConfig } from '../../config/load.ts';
+import type { VigilConfig } from '../../settings/index.ts';
 import { Backoff } from '../../util/backoff.ts';
 import * as k8s from '@kubernetes/client-node';
 import { MERGE_PATCH, toFailure, withDeadline, type KubeClients } from '../../kube/client.ts';

@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { VigilConfig } from '../../config/load.ts';
+import type { VigilConfig } from '../../settings/index.ts';
 import type { KubeClients, NodeEventRecorder } from '../../kube/client.ts';
 // Type only: the controller (and with it the Kubernetes client, tens of MiB) loads only when on.
 import type { DiagnosticsController } from './controller.ts';

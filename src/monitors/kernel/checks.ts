@@ -1,7 +1,7 @@
 /** Kernel checks: samples in, findings and healthy entities out. No I/O. */
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport, Consecutive } from '../host-check.ts';
-import type { KernelConfig } from '../../config/index.ts';
+import type { KernelConfig } from './config.ts';
 
 export interface LimitsSample {
   /** Kernel scheduling entities (threads), from /proc/loadavg. */

@@ -3,11 +3,21 @@ import { readNumber } from '../../sources/host/read.ts';
 import { scanProcesses } from '../../sources/host/procs.ts';
 import { Consecutive, settle, type HostCheck } from '../host-check.ts';
 import { checkClock, checkLimits, checkWarnings, checkZombies, countKernelWarnings } from './checks.ts';
-import type { KernelConfig } from '../../config/index.ts';
+import { kernelConfigSchema, type KernelConfig } from './config.ts';
+import { polledMonitor } from '../module.ts';
 import { libcSyscalls, readLimits, type KernelSyscalls } from './read.ts';
 
-export { kernelConfigSchema, type KernelConfig } from '../../config/index.ts';
+export { kernelConfigSchema, type KernelConfig } from './config.ts';
 export type { KernelSyscalls } from './read.ts';
+
+/** The kernel checks: PID and open-file headroom, zombies, clock sync, WARNING splats. */
+export const kernelMonitor = polledMonitor({
+  name: 'kernel',
+  schema: kernelConfigSchema,
+  condition: 'KernelReady',
+  unknownReason: 'KernelChecksUnavailable',
+  create: (section, deps) => kernelChecks(section, deps.kernel),
+});
 
 export function kernelChecks(cfg: KernelConfig, sys: KernelSyscalls = libcSyscalls): HostCheck[] {
   const c = cfg.checks;

@@ -1,7 +1,7 @@
 /** Networking checks: samples in, findings and healthy entities out. No I/O. */
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport, Consecutive } from '../host-check.ts';
-import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from '../../config/index.ts';
+import { ENA_COUNTERS, type EnaCounter, type NetworkingConfig } from './config.ts';
 import type { LineTest } from '../../config/regex.ts';
 
 // <linux/if.h>

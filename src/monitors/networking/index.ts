@@ -2,17 +2,27 @@
 import { execBounded, type ExecFn } from '../../sources/host/exec.ts';
 import { Consecutive, settle, type HostCheck } from '../host-check.ts';
 import { checkDns, checkEna, checkInterfaces, checkRdma, checkSysctl, EnaBuckets } from './checks.ts';
-import type { NetworkingConfig } from '../../config/index.ts';
+import { networkingConfigSchema, type NetworkingConfig } from './config.ts';
+import { polledMonitor } from '../module.ts';
 import { apiServerHost, lookupHost, readEthtool, readLinks, readRdmaPorts, readSysctl, type LookupFn } from './read.ts';
 import { UserRegex } from '../../config/regex.ts';
 
-export { networkingConfigSchema, type NetworkingConfig } from '../../config/index.ts';
+export { ENA_COUNTERS, networkingConfigSchema, type EnaCounter, type NetworkingConfig } from './config.ts';
 
 export interface NetworkingDeps {
   exec: ExecFn;
   lookup: LookupFn;
   env: NodeJS.ProcessEnv;
 }
+
+/** The networking checks: interfaces, sysctls, ENA allowances, RDMA ports, DNS. */
+export const networkingMonitor = polledMonitor({
+  name: 'networking',
+  schema: networkingConfigSchema,
+  condition: 'NetworkingReady',
+  unknownReason: 'NetworkingChecksUnavailable',
+  create: (section, deps) => networkingChecks(section, deps),
+});
 
 export function networkingChecks(cfg: NetworkingConfig, deps: Partial<NetworkingDeps> = {}): HostCheck[] {
   const exec = deps.exec ?? execBounded;

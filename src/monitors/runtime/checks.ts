@@ -2,7 +2,7 @@
 import type { ReasonName } from '../../catalog/index.ts';
 import { finding } from '../host-finding.ts';
 import type { CheckReport } from '../host-check.ts';
-import type { RuntimeConfig } from '../../config/index.ts';
+import type { RuntimeConfig } from './config.ts';
 
 /** Outcome of a local liveness probe. `absent`: nothing there to probe (not installed, not listening). */
 export type ProbeResult = { kind: 'ok' } | { kind: 'absent'; detail: string } | { kind: 'bad'; detail: string };

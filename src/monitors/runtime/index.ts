@@ -2,10 +2,20 @@
 import { execBounded, type ExecFn } from '../../sources/host/exec.ts';
 import type { HostCheck } from '../host-check.ts';
 import { checkContainerd, checkKubelet, checkUnits } from './checks.ts';
-import type { RuntimeConfig } from '../../config/index.ts';
+import { runtimeConfigSchema, type RuntimeConfig } from './config.ts';
+import { polledMonitor } from '../module.ts';
 import { hasSystemd, probeContainerd, probeKubelet, readUnits } from './read.ts';
 
-export { runtimeConfigSchema, type RuntimeConfig } from '../../config/index.ts';
+export { runtimeConfigSchema, type RuntimeConfig } from './config.ts';
+
+/** The container-runtime checks: kubelet, containerd, systemd units. */
+export const runtimeMonitor = polledMonitor({
+  name: 'runtime',
+  schema: runtimeConfigSchema,
+  condition: 'ContainerRuntimeReady',
+  unknownReason: 'ContainerRuntimeChecksUnavailable',
+  create: (section, deps) => runtimeChecks(section, deps),
+});
 
 export function runtimeChecks(cfg: RuntimeConfig, deps: { exec?: ExecFn } = {}): HostCheck[] {
   const exec = deps.exec ?? execBounded;

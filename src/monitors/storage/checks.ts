@@ -3,7 +3,7 @@ import type { ProcSample } from '../../sources/host/procs.ts';
 import type { StatFsSample } from '../../sources/host/statfs.ts';
 import { finding, pct } from '../host-finding.ts';
 import type { CheckReport } from '../host-check.ts';
-import type { StorageConfig } from '../../config/index.ts';
+import type { StorageConfig } from './config.ts';
 import type { LineTest } from '../../config/regex.ts';
 
 export interface MountEntry {

@@ -2,12 +2,22 @@
 import { scanProcesses } from '../../sources/host/procs.ts';
 import { settle, type HostCheck } from '../host-check.ts';
 import { checkDiskLatency, checkFilesystems, checkIoDelays, type DiskCounters } from './checks.ts';
-import type { StorageConfig } from '../../config/index.ts';
+import { storageConfigSchema, type StorageConfig } from './config.ts';
+import { polledMonitor } from '../module.ts';
 import { blockDevices, delayAcctEnabled, readDiskstats, readFilesystems, type StatfsFn } from './read.ts';
 import { UserRegex } from '../../config/regex.ts';
 
-export { storageConfigSchema, type StorageConfig } from '../../config/index.ts';
+export { storageConfigSchema, type StorageConfig } from './config.ts';
 export type { StatfsFn } from './read.ts';
+
+/** The storage checks: writable mounts and usage, I/O latency, per-process I/O delay. */
+export const storageMonitor = polledMonitor({
+  name: 'storage',
+  schema: storageConfigSchema,
+  condition: 'StorageReady',
+  unknownReason: 'StorageChecksUnavailable',
+  create: (section, deps) => storageChecks(section, deps),
+});
 
 export function storageChecks(cfg: StorageConfig, deps: { statfs?: StatfsFn } = {}): HostCheck[] {
   const c = cfg.checks;
