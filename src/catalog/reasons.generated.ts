@@ -521,10 +521,10 @@ export const REASONS: readonly ReasonDef[] = [
     severity: "Warning",
     recovery: { kind: 'ttl', ttlMs: 3600000 },
     action: "none",
-    sources: ["kmsg"],
+    sources: ["kmsg","sysfs"],
     eks: false,
     template: null,
-    description: "A network interface's transmit queue timed out or hung and the driver reset it (NETDEV WATCHDOG, igb/ixgbe/e1000e \"Detected Tx Unit Hang\", i40e/ice \"tx_timeout recovery\", mlx5 \"TX timeout\", ENA lost TX completions). One problem per interface (entity netif:NAME, or pci:BDF where the line names only the device).",
+    description: "A network interface's transmit queue timed out or hung and the driver reset it (NETDEV WATCHDOG, igb/ixgbe/e1000e \"Detected Tx Unit Hang\", i40e/ice \"tx_timeout recovery\", mlx5 \"TX timeout\", ENA lost TX completions), or its queues' tx_timeout counters in sysfs grew since the last poll (monitors.txTimeouts). One problem per interface (entity netif:NAME, or pci:BDF where the line names only the device).",
   },
   {
     name: "NetworkAdapterFirmwareError",

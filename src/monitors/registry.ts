@@ -9,8 +9,9 @@ import { kernelMonitor } from './kernel/index.ts';
 import { networkingMonitor } from './networking/index.ts';
 import { runtimeMonitor } from './runtime/index.ts';
 import { storageMonitor } from './storage/index.ts';
+import { txTimeoutsMonitor } from './tx-timeouts/index.ts';
 
-export const POLLED_MONITORS = [kernelMonitor, networkingMonitor, storageMonitor, runtimeMonitor] as const;
+export const POLLED_MONITORS = [kernelMonitor, networkingMonitor, storageMonitor, runtimeMonitor, txTimeoutsMonitor] as const;
 
 type Polled = (typeof POLLED_MONITORS)[number];
 

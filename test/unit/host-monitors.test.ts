@@ -46,6 +46,7 @@ test('enabled flags select monitors and checks', () => {
     'networking.ena',
     'networking.rdma',
     'networking.dns',
+    'txTimeouts.queues',
   ]);
 });
 
@@ -65,7 +66,7 @@ test('a faulty host: findings reach the sink and every reason is in the catalog'
   hm.start(sink);
   const records = await hm.runOnce();
   await hm.stop();
-  assert.equal(records.length, 15);
+  assert.equal(records.length, 16);
   assert.ok(
     records.every((r) => r.status !== 'error' && r.status !== 'timeout'),
     JSON.stringify(records.map((r) => [r.name, r.status])),
