@@ -1001,9 +1001,10 @@ function txTimeout(iface: string | undefined, bdf: string | undefined, driver: s
 // the data path and raises nothing.
 const NFS = /\bnfs: server (\S{1,255}) (not responding, (?:still trying|timed out)|OK)$/;
 // "device-mapper: thin: 253:2: switching pool to out-of-data-space (queue IO) mode", "... to read-only
-// mode", "... to fail mode", "... to write mode" (space added back: clears the pool's problems). 3.x
-// kernels name no pool ("device-mapper: thin: switching pool to read-only mode"): a problem on no entity.
-const THIN = /device-mapper: thin: (?:(\d+:\d+): )?switching pool to (out-of-data-space|read-only|fail|write) /;
+// mode", "... to failure mode" (the kernel's word for PM_FAIL, in every version), "... to write mode"
+// (space added back: clears the pool's problems). 3.x kernels name no pool ("device-mapper: thin:
+// switching pool to read-only mode"): a problem on no entity.
+const THIN = /device-mapper: thin: (?:(\d+:\d+): )?switching pool to (out-of-data-space|read-only|fail(?:ure)?|write) /;
 const THIN_REASONS: readonly ReasonName[] = ['ThinPoolOutOfSpace', 'ThinPoolReadOnly'];
 const NFS_REASONS: readonly ReasonName[] = ['NFSServerNotResponding'];
 // "BTRFS error (device dm-15): bdev /dev/dm-10 errs: wr 0, rd 0, flush 0, corrupt 1, gen 0" (a counter just
@@ -1020,6 +1021,9 @@ const CTRL_FAILED = /[Cc]ontroller lockup detected|[Kk]illing adapter|adapter re
 const CTRL_RESET = /FW in FAULT state|fault_state\(0x[0-9a-fA-F]+\)|resetting fusion adapter/;
 const CTRL_PCI = /\b(megaraid_sas|hpsa|mpt3sas|mpt2sas|smartpqi) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): /;
 const CTRL_IOC = /\b(mpt[23]sas_cm\d+): /;
+// Before 4.x megaraid_sas named no device: "megasas: Found FW in FAULT state, will reset adapter.",
+// "megaraid_sas: resetting fusion adapter.", "megaraid_sas: Reset failed, killing adapter.": a problem on no entity.
+const CTRL_OLD = /\bmega(?:raid_)?sas: /;
 
 const volumeStorage: KernelRule = {
   name: 'volume-storage',
@@ -1092,7 +1096,13 @@ const volumeStorage: KernelRule = {
     if (!failed && !CTRL_RESET.test(msg)) return null;
     const p = CTRL_PCI.exec(msg);
     const ioc = p ? null : CTRL_IOC.exec(msg);
-    if (!p && !ioc) return null;
+    if (!p && !ioc) {
+      if (!CTRL_OLD.test(msg)) return null;
+      const attrs = { driver: 'megaraid_sas' };
+      return failed
+        ? { reason: 'StorageControllerFailed', entity: '', summary: 'storage controller (megaraid_sas) failed', attrs }
+        : { reason: 'StorageControllerReset', entity: '', summary: 'storage controller (megaraid_sas) firmware fault, reset', attrs };
+    }
     const entity = p ? `pci:${p[2].toLowerCase()}` : `ioc:${ioc![1]}`;
     const driver = p ? p[1] : ioc![1].replace(/_cm\d+$/, '');
     const attrs = { driver, ...(p ? { device: p[2].toLowerCase() } : { ioc: ioc![1] }) };
