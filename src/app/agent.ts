@@ -4,11 +4,12 @@
  */
 import type { Logger } from 'pino';
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ConditionType, EngineEvent, FindingSink, Monitor, NodeHealth, Sink } from '../api/types.ts';
+import type { ConditionType, EngineEvent, FindingSink, NodeHealth, Sink } from '../api/types.ts';
 import { CONDITIONS } from '../catalog/index.ts';
 import type { VigilConfig } from '../settings/index.ts';
-import type { Engine, ConditionInfo } from '../engine/engine.ts';
+import type { Engine } from '../engine/engine.ts';
 import { createEngine } from './engine.ts';
+import { conditionTables } from '../pipeline/settings.ts';
 import { adoptLate, adoptNodeConditions, type AdoptingSink } from './adopt.ts';
 import { StateStore, type PersistedState } from '../state/store.ts';
 import { LogSink } from '../sinks/log/log-sink.ts';
@@ -18,7 +19,7 @@ import { HealthBoard } from '../health/index.ts';
 import { UNUSED_RESOLUTION_MS, registerEventLoopLag } from './event-loop-lag.ts';
 import { errorMessage } from '../util/errors.ts';
 import { Backoff } from '../util/backoff.ts';
-import type { UnknownReasonName } from '../catalog/index.ts';
+import type { MonitorPart } from '../monitors/module.ts';
 
 /** A sink plus the part of the state file it keeps. */
 export interface SinkEntry {
@@ -28,29 +29,8 @@ export interface SinkEntry {
   adopts?: AdoptingSink;
 }
 
-/** A monitor plus what the agent needs to know about it. */
-export interface MonitorEntry {
-  monitor: Monitor;
-  /** Condition types this monitor proves healthy while it runs (managed as True when healthy). */
-  conditions: ConditionType[];
-  /** Condition types declared by configuration (NPD files), managed like the built-ins. */
-  extraConditions?: {
-    type: ConditionType;
-    healthyReason: string;
-    healthyMessage: string;
-    /** problemTrue: NPD's types, False while healthy and True with the problem's reason. */
-    polarity?: 'healthyTrue' | 'problemTrue';
-  }[];
-  /**
-   * What this monitor's source watches: if it cannot start (no /dev/kmsg, EPERM), these conditions
-   * go Unknown with `reason`, /healthz fails, and start() is tried again with backoff
-   * (config.sourceRetry) until it succeeds, so start() must be safe to call again after a throw.
-   * Monitors report later blindness themselves through FindingSink.source().
-   */
-  blind?: { conditions: ConditionType[]; reason: UnknownReasonName };
-  /** Called when state is saved; lets the kmsg monitor persist its cursor with the findings. */
-  persist?: (state: PersistedState) => void;
-}
+/** A monitor plus what the agent needs to know about it (built from the registry's modules). */
+export type MonitorEntry = MonitorPart;
 
 export interface AgentDeps {
   config: VigilConfig;
@@ -120,16 +100,8 @@ export class Agent {
       health: this.health,
     });
     const managed = new Set(this.entries.flatMap((e) => e.conditions));
-    const conditions = new Map<ConditionType, ConditionInfo>();
-    const lateConditions = new Map<ConditionType, ConditionInfo>();
-    for (const [type, info] of Object.entries(CONDITIONS)) {
-      const named = { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info };
-      (managed.has(type) ? conditions : lateConditions).set(type, named);
-    }
-    for (const e of this.entries) {
-      for (const c of e.extraConditions ?? [])
-        conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage, polarity: c.polarity });
-    }
+    const declared = this.entries.flatMap((e) => e.extraConditions ?? []);
+    const { conditions, late: lateConditions } = conditionTables(config, declared, managed);
     this.engine = createEngine(config, { bootId, conditions, lateConditions, registry: this.registry, restored: state?.engine });
     this.sinkEntries = deps.sinks?.({ registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
     this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];

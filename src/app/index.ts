@@ -8,8 +8,6 @@ export { buildMonitors } from './build-monitors.ts';
 export type { BuildContext } from './build-monitors.ts';
 export { EVENT_LOOP_LAG_NAMES, LagSampler, UNUSED_RESOLUTION_MS, lagStats, registerEventLoopLag } from './event-loop-lag.ts';
 export type { LagStats } from './event-loop-lag.ts';
-export { MAX_RULE_BYTES_TOTAL, loadRuleFiles } from './rule-files.ts';
-export type { RuleFiles } from './rule-files.ts';
 export { createEngine } from './engine.ts';
 export type { EngineParts } from './engine.ts';
 export { createReplay } from './scan.ts';

@@ -5,7 +5,7 @@ import { kubeconfigProblem } from '../config/kubeconfig.ts';
 import { nodeNameProblem } from '../config/node-name.ts';
 import { Agent } from '../app/agent.ts';
 import { buildMonitors } from '../app/build-monitors.ts';
-import { loadRuleFiles } from '../app/rule-files.ts';
+import { loadRuleFiles } from '../monitors/kernel-log/rule-files.ts';
 import { kubeConfigAvailable, resolveNodeName } from '../kube/detect.ts';
 import type { KubernetesParts } from '../app/kubernetes.ts';
 import { collectStartupGarbage } from '../util/startup-gc.ts';
@@ -58,7 +58,7 @@ function loadRunConfig(opts: RunOptions): VigilConfig | number {
     config = loadConfig(opts.config);
     config.kernelLog.npdConfigs.push(...(opts.npdConfig ?? []));
     // A bad rule or NPD file (a journald plugin, a Go regex JS cannot run) is refused before start.
-    loadRuleFiles(config);
+    loadRuleFiles(config.kernelLog);
   } catch (err) {
     process.stderr.write(`${messageWithCode(err)}\n`);
     return 2;

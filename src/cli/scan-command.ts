@@ -11,7 +11,7 @@
 import { open } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { loadConfig, type VigilConfig } from '../settings/index.ts';
-import { loadRuleFiles, type RuleFiles } from '../app/rule-files.ts';
+import { loadRuleFiles, type RuleFiles } from '../monitors/kernel-log/rule-files.ts';
 import { createReplay } from '../app/scan.ts';
 import { MAX_LINE_CHARS, NotTextError, replayStream, type ReplaySummary } from '../pipeline/index.ts';
 import type { LogFormat } from '../sources/kmsg/parse.ts';
@@ -35,7 +35,7 @@ export async function runScanCommand(file: string, opts: ScanOptions): Promise<n
   try {
     config = loadConfig(opts.config);
     config.kernelLog.npdConfigs.push(...(opts.npdConfig ?? []));
-    rules = loadRuleFiles(config);
+    rules = loadRuleFiles(config.kernelLog);
   } catch (err) {
     process.stderr.write(`vigil scan: ${messageWithCode(err)}\n`);
     return 2;

@@ -54,8 +54,24 @@ export type { PersistedGpuBaselines } from './gpu/baselines.ts';
 export { HostMonitors, buildHostChecks } from './host-monitors.ts';
 export { POLLED_MONITORS, hostMonitorsConfigSchema } from './registry.ts';
 export type { HostMonitorsConfig, HostMonitorsConfigInput } from './registry.ts';
-export { polledMonitor } from './module.ts';
-export type { PolledMonitorModule, RegisteredPolledMonitor } from './module.ts';
+export { polledMonitor, pushMonitor } from './module.ts';
+export type {
+  MonitorContext,
+  MonitorPart,
+  MonitorSlots,
+  PolledMonitorModule,
+  PushMonitorModule,
+  RegisteredPolledMonitor,
+  RegisteredPushMonitor,
+  XidInputs,
+} from './module.ts';
+export { PUSH_MONITORS } from './registry.ts';
+export { kernelLogModule } from './kernel-log/module.ts';
+export { gpuModule } from './gpu/module.ts';
+export { MAX_RULE_BYTES_TOTAL, loadRuleFiles } from './kernel-log/rule-files.ts';
+export type { RuleFiles } from './kernel-log/rule-files.ts';
+export { classifierOptions, declaredConditions } from './kernel-log/options.ts';
+export type { DeclaredCondition, LoadedRules } from './kernel-log/options.ts';
 export type { HostDeps, HostLog, HostMonitorsOptions } from './host-monitors.ts';
 export { Consecutive, ReportPublisher, emptyReport, settle } from './host-check.ts';
 export type { CheckContext, CheckReport, HealthyItem, HostCheck } from './host-check.ts';

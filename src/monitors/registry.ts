@@ -1,15 +1,21 @@
 /**
- * The polled monitors, in the order their checks are queued. Adding one is a folder that exports a
- * `polledMonitor({...})` (module.ts) and a line here: its config section (`monitors.<name>`), its
- * checks and the condition it watches follow from this list.
+ * Every monitor, listed once. Push monitors in the order they start (the kernel log first: a slow
+ * NVML must not hold up Xids from /dev/kmsg), each under its own top-level key; polled monitors in
+ * the order their checks are queued, each under `monitors.<name>`. Adding one is a folder that
+ * exports a `polledMonitor({...})` or `pushMonitor({...})` (module.ts) and a line here: its config
+ * section, what it builds and the condition it watches follow from this list.
  */
 import * as z from 'zod';
 import { schedulerConfigSchema } from '../config/scheduler.ts';
+import { gpuModule } from './gpu/module.ts';
+import { kernelLogModule } from './kernel-log/module.ts';
 import { kernelMonitor } from './kernel/index.ts';
 import { networkingMonitor } from './networking/index.ts';
 import { runtimeMonitor } from './runtime/index.ts';
 import { storageMonitor } from './storage/index.ts';
 import { txTimeoutsMonitor } from './tx-timeouts/index.ts';
+
+export const PUSH_MONITORS = [kernelLogModule, gpuModule] as const;
 
 export const POLLED_MONITORS = [kernelMonitor, networkingMonitor, storageMonitor, runtimeMonitor, txTimeoutsMonitor] as const;
 

@@ -1,6 +1,7 @@
 /** The finding pipeline: enrich -> mute -> engine, shared by `vigil run`, `vigil scan` and the tests. */
 export { createPipeline, throughPipeline, type PipelineOptions } from './pipeline.ts';
-export { allConditions, declaredConditions, engineSettings, kernelLogClassifierOptions, type DeclaredCondition } from './settings.ts';
+export { allConditions, conditionTables, engineSettings, kernelLogClassifierOptions, xidInputs } from './settings.ts';
+export { declaredConditions, type DeclaredCondition } from '../monitors/kernel-log/options.ts';
 export {
   LineSplitter,
   LogReplay,

@@ -29,7 +29,8 @@ import {
 } from '../sources/kmsg/parse.ts';
 import { VigilError } from '../util/errors.ts';
 import { createPipeline } from './pipeline.ts';
-import { allConditions, declaredConditions, kernelLogClassifierOptions } from './settings.ts';
+import { allConditions, kernelLogClassifierOptions } from './settings.ts';
+import { declaredConditions } from '../monitors/kernel-log/options.ts';
 
 /** Where the replay clock starts: boot-relative times (kmsg, dmesg) count from here. */
 export const REPLAY_BASE_MS = Date.UTC(2000, 0, 1);

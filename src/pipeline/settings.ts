@@ -7,8 +7,8 @@ import { CONDITIONS } from '../catalog/index.ts';
 import type { VigilConfig } from '../settings/index.ts';
 import type { ConditionInfo, EngineOptions } from '../engine/engine.ts';
 import type { ClassifierOptions } from '../monitors/kernel-log/classify.ts';
-import type { NpdConfig } from '../monitors/kernel-log/npd.ts';
-import type { UserRule } from '../monitors/kernel-log/user-rules.ts';
+import { classifierOptions, type DeclaredCondition, type LoadedRules } from '../monitors/kernel-log/options.ts';
+import type { XidInputs } from '../monitors/module.ts';
 
 /** The engine settings that come from configuration (the caller adds bootId, conditions, clock). */
 export function engineSettings(config: VigilConfig): Pick<EngineOptions, 'repeatWindowMs' | 'flap' | 'escalations'> {
@@ -20,60 +20,42 @@ export function engineSettings(config: VigilConfig): Pick<EngineOptions, 'repeat
   };
 }
 
-/** The kernel-log classifier's settings (the live agent adds the GPU lookup for AER lines). */
-export function kernelLogClassifierOptions(
-  config: VigilConfig,
-  rules: { userRules: readonly UserRule[]; npd: readonly NpdConfig[] },
-): ClassifierOptions {
-  const k = config.kernelLog;
-  return {
-    fatalXids: config.xid.fatal,
-    // Xid 154 decided as the GPU monitor decides it from NVML (one Xid policy).
-    recoveryActionsFatal: config.gpu.thresholds.recoveryActionsFatal,
-    pcieCorrectedThreshold: { count: k.pcieCorrected.count, windowMs: k.pcieCorrected.window },
-    userRules: rules.userRules,
-    npd: rules.npd,
-  };
+/** The one Xid policy's inputs, for the kernel-log classifier and the GPU monitor alike. */
+export function xidInputs(config: VigilConfig): XidInputs {
+  // Xid 154 decided as the GPU monitor decides it from NVML (one Xid policy).
+  return { fatal: config.xid.fatal, recoveryActionsFatal: config.gpu.thresholds.recoveryActionsFatal };
 }
 
-/** A condition type declared by configuration rather than the catalog. */
-export interface DeclaredCondition {
-  type: ConditionType;
-  healthyReason: string;
-  healthyMessage: string;
-  /** problemTrue for NPD's types (False while healthy, as NPD reports them); healthyTrue for user rules'. */
-  polarity: 'healthyTrue' | 'problemTrue';
+/** The kernel-log classifier's settings (the live agent adds the GPU lookup for AER lines). */
+export function kernelLogClassifierOptions(config: VigilConfig, rules: LoadedRules): ClassifierOptions {
+  return classifierOptions(config.kernelLog, xidInputs(config), rules);
 }
 
 /**
- * The condition types the rule files add: those an NPD file declares (with NPD's polarity and its
- * healthy reason and message), then those a user rule names (managed like Vigil's own). A type
- * the catalog defines keeps Vigil's meaning, whoever names it.
+ * The engine's condition tables: every catalog type (named as configured) and the declared ones.
+ * With `managed`, catalog types outside it go to `late` (managed once a monitor proves its hardware
+ * present, as the GPU monitor does); without it every type is managed from the start (`vigil scan`).
  */
-export function declaredConditions(rules: { userRules: readonly UserRule[]; npd: readonly NpdConfig[] }): DeclaredCondition[] {
-  const out = new Map<string, DeclaredCondition>();
-  for (const file of rules.npd) {
-    for (const c of file.conditions) {
-      if (c.type in CONDITIONS || out.has(c.type)) continue;
-      out.set(c.type, { type: c.type, healthyReason: c.reason, healthyMessage: c.message, polarity: 'problemTrue' });
-    }
-  }
-  for (const r of rules.userRules) {
-    const type = r.condition;
-    if (!type || type in CONDITIONS || out.has(type)) continue;
-    out.set(type, { type, healthyReason: `${type}IsHealthy`, healthyMessage: `no ${type} problem is active`, polarity: 'healthyTrue' });
-  }
-  return [...out.values()];
-}
-
-/** The engine's condition table: every catalog type (named as configured) plus the declared ones. */
-export function allConditions(config: VigilConfig, declared: readonly DeclaredCondition[]): Map<ConditionType, ConditionInfo> {
-  const out = new Map<ConditionType, ConditionInfo>();
+export function conditionTables(
+  config: VigilConfig,
+  declared: readonly DeclaredCondition[],
+  managed?: ReadonlySet<ConditionType>,
+): { conditions: Map<ConditionType, ConditionInfo>; late: Map<ConditionType, ConditionInfo> } {
+  const conditions = new Map<ConditionType, ConditionInfo>();
+  const late = new Map<ConditionType, ConditionInfo>();
   for (const [type, info] of Object.entries(CONDITIONS)) {
-    out.set(type, { name: config.conditions.names[type as keyof typeof CONDITIONS], ...info });
+    (!managed || managed.has(type) ? conditions : late).set(type, {
+      name: config.conditions.names[type as keyof typeof CONDITIONS],
+      ...info,
+    });
   }
   for (const c of declared) {
-    out.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage, polarity: c.polarity });
+    conditions.set(c.type, { name: c.type, healthyReason: c.healthyReason, healthyMessage: c.healthyMessage, polarity: c.polarity });
   }
-  return out;
+  return { conditions, late };
+}
+
+/** The engine's condition table when every type is managed from the start. */
+export function allConditions(config: VigilConfig, declared: readonly DeclaredCondition[]): Map<ConditionType, ConditionInfo> {
+  return conditionTables(config, declared).conditions;
 }

@@ -1,7 +1,7 @@
 /**
  * The configuration file's schema as a whole: the core sections (src/config), each push monitor's
- * section from its folder, and `monitors` assembled from the polled monitors' registry
- * (src/monitors/registry.ts). docs/configuration.md describes each option.
+ * section from its module (`kernelLog`, `gpu`), and `monitors` assembled from the polled monitors of
+ * the registry (src/monitors/registry.ts). docs/configuration.md describes each option.
  */
 import * as z from 'zod';
 import {
@@ -16,8 +16,8 @@ import { filePath } from '../config/file-path.ts';
 import { LISTEN_FORMAT, parseListen } from '../config/listen.ts';
 import { nodeNameString } from '../config/node-name.ts';
 import { xidConfig } from '../config/xid.ts';
-import { gpuSectionSchema } from '../monitors/gpu/config.ts';
-import { kernelLogConfig } from '../monitors/kernel-log/config.ts';
+import { gpuModule } from '../monitors/gpu/module.ts';
+import { kernelLogModule } from '../monitors/kernel-log/module.ts';
 import { hostMonitorsConfigSchema } from '../monitors/registry.ts';
 
 export const configSchema = z.strictObject({
@@ -35,14 +35,14 @@ export const configSchema = z.strictObject({
   engine: engineConfig.prefault({}),
   /** Retries of a source that cannot see, with backoff. */
   sourceRetry: sourceRetryConfig.prefault({}),
-  kernelLog: kernelLogConfig.prefault({}),
+  kernelLog: kernelLogModule.schema.prefault({}),
   kubernetes: kubernetesConfig.prefault({}),
   /** Diagnostic bundles: NodeDiagnostic requests and automatic capture on Fatal findings. */
   diagnostics: diagnosticsConfig.prefault({}),
   /** Optional cordon + taint on a Fatal condition (off by default). */
   quarantine: quarantineConfig.prefault({}),
   /** The NVIDIA GPU monitor (NVML). */
-  gpu: gpuSectionSchema.prefault({}),
+  gpu: gpuModule.schema.prefault({}),
   /** The polled monitors (src/monitors/registry.ts): kernel, networking, storage, container runtime. */
   monitors: hostMonitorsConfigSchema,
 });

@@ -13,7 +13,8 @@ import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { DCGM_COND } from '../../native/fake-dcgm/build.ts';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
-import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
+import { createEngine } from '../../src/app/index.ts';
+import { loadRuleFiles } from '../../src/monitors/index.ts';
 import { loadConfig } from '../../src/settings/index.ts';
 import { GpuMonitor, KernelLogMonitor } from '../../src/monitors/index.ts';
 import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
@@ -35,7 +36,7 @@ function live(env: FakeDcgmEnv) {
   const file = path.join(env.dir, 'vigil.yaml');
   writeFileSync(file, kernelLogOnlyConfig());
   const config = loadConfig(file);
-  const rules = loadRuleFiles(config);
+  const rules = loadRuleFiles(config.kernelLog);
   const registry = new Registry();
   const engine = createEngine(config, { bootId: 'dcgm-test', conditions: allConditions(config, declaredConditions(rules)), registry });
   const seen: Finding[] = [];

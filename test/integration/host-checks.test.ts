@@ -19,7 +19,7 @@ test('every check runs twice against / without throwing and returns a report', a
       reports.set(check.name, [...(reports.get(check.name) ?? []), r]);
     }
   }
-  assert.equal(reports.size, 15);
+  assert.equal(reports.size, 16);
   const last = (name: string) => reports.get(name)!.at(-1)!;
   const healthyOrFound = (r: CheckReport) => [...r.findings.map((f) => f.reason), ...r.healthy.flatMap((h) => h.reasons)];
   // Facts every Linux host has.
@@ -28,6 +28,7 @@ test('every check runs twice against / without throwing and returns a report', a
   assert.ok(healthyOrFound(last('storage.filesystems')).includes('FilesystemReadOnly'));
   assert.deepEqual(last('networking.dns').findings, [], 'localhost resolves');
   assert.notEqual(last('kernel.clock').status, 'skipped', 'adjtimex through koffi works');
+  assert.notEqual(last('txTimeouts.queues').status, 'skipped', 'the kernel counts transmit timeouts in sysfs');
 });
 
 test('HostMonitors runs a full cycle on this machine through the queue', async (t) => {
@@ -37,7 +38,7 @@ test('HostMonitors runs a full cycle on this machine through the queue', async (
   hm.start({ finding: (f) => findings.push(f), healthy: (h) => healthy.push(h), source: () => {} });
   t.after(() => hm.stop());
   const records = await hm.runOnce();
-  assert.equal(records.length, 15);
+  assert.equal(records.length, 16);
   for (const r of records) {
     const why = r.error === undefined ? '' : errorMessage(r.error);
     assert.ok(['ok', 'fault', 'skipped'].includes(r.status), `${r.name}: ${r.status} ${why}`);

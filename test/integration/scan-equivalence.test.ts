@@ -13,7 +13,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
-import { createEngine, loadRuleFiles } from '../../src/app/index.ts';
+import { createEngine } from '../../src/app/index.ts';
+import { loadRuleFiles } from '../../src/monitors/index.ts';
 import { loadConfig } from '../../src/settings/index.ts';
 import { KernelLogMonitor } from '../../src/monitors/index.ts';
 import { allConditions, createPipeline, declaredConditions, kernelLogClassifierOptions } from '../../src/pipeline/index.ts';
@@ -89,7 +90,7 @@ test('a fixture gives the same findings through vigil scan and through the live 
 
   // The live path: real /dev/kmsg, KernelLogMonitor, the pipeline and the engine, as build-monitors wires them.
   const config = loadConfig(configFile);
-  const rules = loadRuleFiles(config);
+  const rules = loadRuleFiles(config.kernelLog);
   const registry = new Registry();
   const engine = createEngine(config, { bootId: 'live', conditions: allConditions(config, declaredConditions(rules)), registry });
   const live: Row[] = [];

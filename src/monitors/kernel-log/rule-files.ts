@@ -1,9 +1,9 @@
 /** Loads the rule files a configuration names; errors name the file, the rule and the field. */
-import type { VigilConfig } from '../settings/index.ts';
-import { readConfigText } from '../config/read-file.ts';
-import { parseUserRules, type UserRule } from '../monitors/kernel-log/user-rules.ts';
-import { parseNpdConfig, type NpdConfig } from '../monitors/kernel-log/npd.ts';
-import { errorMessage, VigilError } from '../util/errors.ts';
+import { readConfigText } from '../../config/read-file.ts';
+import type { KernelLogConfig } from './config.ts';
+import { parseUserRules, type UserRule } from './user-rules.ts';
+import { parseNpdConfig, type NpdConfig } from './npd.ts';
+import { errorMessage, VigilError } from '../../util/errors.ts';
 
 /** All rule files together: each is capped by readConfigText, and their number by the schema. */
 export const MAX_RULE_BYTES_TOTAL = 1024 * 1024;
@@ -14,7 +14,8 @@ export interface RuleFiles {
   summary: string;
 }
 
-export function loadRuleFiles(config: VigilConfig): RuleFiles {
+/** The rule files the kernelLog section names (`userRules`, `npdConfigs`), read and parsed. */
+export function loadRuleFiles(section: Pick<KernelLogConfig, 'userRules' | 'npdConfigs'>): RuleFiles {
   const errors: string[] = [];
   const userRules: UserRule[] = [];
   const npd: NpdConfig[] = [];
@@ -33,7 +34,7 @@ export function loadRuleFiles(config: VigilConfig): RuleFiles {
     errors.push(`${file}: too large: the rule files together may hold ${MAX_RULE_BYTES_TOTAL / 1024} KiB`);
     return undefined;
   };
-  for (const file of config.kernelLog.userRules) {
+  for (const file of section.userRules) {
     const text = read(file);
     try {
       if (text !== undefined) userRules.push(...parseUserRules(text, file));
@@ -41,7 +42,7 @@ export function loadRuleFiles(config: VigilConfig): RuleFiles {
       errors.push(errorMessage(err));
     }
   }
-  for (const file of config.kernelLog.npdConfigs) {
+  for (const file of section.npdConfigs) {
     const text = read(file);
     try {
       if (text !== undefined) npd.push(parseNpdConfig(text, file));
