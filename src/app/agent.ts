@@ -9,6 +9,7 @@ import { CONDITIONS } from '../catalog/index.ts';
 import type { VigilConfig } from '../settings/index.ts';
 import type { Engine } from '../engine/engine.ts';
 import { createEngine } from './engine.ts';
+import { warmUp } from './warm-up.ts';
 import { conditionTables } from '../pipeline/settings.ts';
 import { adoptLate, adoptNodeConditions, type AdoptingSink } from './adopt.ts';
 import { StateStore, type PersistedState } from '../state/store.ts';
@@ -27,6 +28,8 @@ export interface SinkEntry {
   persist?: (state: PersistedState) => void;
   /** The sink writes a Node's conditions: once serving, the engine adopts what the Node shows, then the sink writes. */
   adopts?: AdoptingSink;
+  /** Called once the monitors have started, with the health they show (the quarantine's first decision). */
+  start?: (health: NodeHealth) => void;
 }
 
 /** A monitor plus what the agent needs to know about it (built from the registry's modules). */
@@ -231,6 +234,16 @@ export class Agent {
       }
     }
     this.refreshHealth();
+    // Compiles the path of a fault (classifier, pipeline, engine) before the first real one takes it.
+    if (config.kernelLog.enabled) {
+      setImmediate(() => {
+        try {
+          warmUp(config);
+        } catch (err) {
+          log.debug({ err }, 'warm-up failed');
+        }
+      }).unref();
+    }
     this.tickTimer = setInterval(() => {
       this.refreshHealth();
       this.engine.tick();
@@ -256,6 +269,13 @@ export class Agent {
       // In the background: an unreachable API server must not hold up detection.
       if (e.adopts)
         void adoptNodeConditions(this.engine, e.adopts).catch((err) => log.error({ err, sink: e.sink.name }, 'reading the Node failed'));
+    }
+    for (const e of this.sinkEntries) {
+      try {
+        e.start?.(this.engine.health());
+      } catch (err) {
+        log.error({ err, sink: e.sink.name }, 'sink failed to start');
+      }
     }
     return { port: addr.port, address: addr.address };
   }
