@@ -45,6 +45,10 @@ export function loadCatalogYaml(text: string): CatalogYaml {
       throw new Error(`reason ${name}: recovery.ttl ${r.recovery.ttl} is not a duration`);
     }
   }
+  const x = cat.xidPolicy;
+  for (const a of x.recoveryActionsFatal)
+    if (!(String(a) in x.recoveryActions)) throw new Error(`xidPolicy.recoveryActionsFatal: ${a} is not in recoveryActions`);
+  for (const [family, text] of Object.entries(cat.policies ?? {})) policyText(cat, text, family);
   for (const [name, u] of Object.entries(cat.unknownReasons)) {
     if (!/^[A-Z][A-Za-z0-9]*$/.test(name)) throw new Error(`unknown reason ${name}: name must be PascalCase`);
     if (!(u.condition in cat.conditions)) throw new Error(`unknown reason ${name}: unknown condition ${u.condition}`);
@@ -78,6 +82,22 @@ export function apiBreaks(snapshot: ReturnType<typeof apiSurface>, current: Retu
     }
   }
   return breaks;
+}
+
+/** A policy sentence with its {xidPolicy.NAME} placeholders filled from the catalog's data. */
+function policyText(cat: CatalogYaml, text: string, family: string): string {
+  const x = cat.xidPolicy;
+  const values: Record<string, string> = {
+    fatal: x.fatal.join(', '),
+    severityInLine: `${x.severityInLine.first}-${x.severityInLine.last}`,
+    recoveryActionXid: String(x.recoveryActionXid),
+    recoveryActionsFatal: x.recoveryActionsFatal.map((a) => x.recoveryActions[String(a)]).join(', '),
+  };
+  return text.replace(/\{xidPolicy\.([A-Za-z]+)\}/g, (_, k: string) => {
+    const v = values[k];
+    if (v === undefined) throw new Error(`policy ${family}: unknown placeholder {xidPolicy.${k}}`);
+    return v;
+  });
 }
 
 function recoveryTs(r: CatalogYaml['reasons'][string]['recovery']): string {
@@ -156,6 +176,17 @@ ${Object.entries(cat.unknownReasons)
   .map(([n, u]) => `  ${n}: { condition: ${JSON.stringify(u.condition)}, description: ${JSON.stringify(u.description)} },`)
   .join('\n')}
 };
+
+/** The Xid decision's data (catalog \`xidPolicy\`): defaults of xid.fatal and gpu.thresholds.recoveryActionsFatal. */
+export const XID_POLICY = {
+  fatal: ${JSON.stringify(cat.xidPolicy.fatal)} as readonly number[],
+  recoveryActions: { ${Object.entries(cat.xidPolicy.recoveryActions)
+    .map(([k, v]) => `${k}: ${JSON.stringify(v)}`)
+    .join(', ')} } as Readonly<Record<number, string>>,
+  recoveryActionsFatal: ${JSON.stringify(cat.xidPolicy.recoveryActionsFatal)} as readonly number[],
+  severityInLine: ${JSON.stringify(cat.xidPolicy.severityInLine).replace(/"/g, '')},
+  recoveryActionXid: ${cat.xidPolicy.recoveryActionXid},
+} as const;
 `;
 }
 
@@ -188,7 +219,7 @@ export function renderMd(cat: CatalogYaml): string {
   }
   if (cat.policies && Object.keys(cat.policies).length) {
     out.push('## Severity policy', '', 'Where the reason depends on policy, the rule for each family:', '');
-    for (const [family, rule] of Object.entries(cat.policies)) out.push(`- **${family}.** ${rule}`);
+    for (const [family, rule] of Object.entries(cat.policies)) out.push(`- **${family}.** ${policyText(cat, rule, family)}`);
     out.push('');
   }
   out.push('## While a source cannot see', '', 'The condition is `Unknown` with one of these reasons; the message names the cause.', '');

@@ -20,9 +20,5 @@ export interface EngineParts {
 }
 
 export function createEngine(config: VigilConfig, parts: EngineParts): Engine {
-  return new Engine({ ...engineSettings(config), ...dropUndefined(parts) });
-}
-
-function dropUndefined<T extends object>(o: T): T {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+  return new Engine({ ...engineSettings(config), ...parts });
 }

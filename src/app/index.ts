@@ -1,6 +1,6 @@
 /**
  * The composition root: assembles the agent (monitors, pipeline, engine, sinks) for `vigil run`,
- * `vigil scan`, the test helpers and the benches.
+ * `vigil scan`, `vigil gpu`, the test helpers and the benches.
  */
 export { Agent } from './agent.ts';
 export type { AgentDeps, MonitorEntry, SinkEntry } from './agent.ts';
@@ -11,6 +11,7 @@ export type { LagStats } from './event-loop-lag.ts';
 export { createEngine } from './engine.ts';
 export type { EngineParts } from './engine.ts';
 export { createReplay } from './scan.ts';
+export { createGpuProbe } from './gpu-probe.ts';
 export { adoptLate, adoptNodeConditions } from './adopt.ts';
 export type { AdoptingSink } from './adopt.ts';
 export { buildKubernetes } from './kubernetes.ts';

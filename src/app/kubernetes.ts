@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { NodeHealth } from '../api/types.ts';
 import type { VigilConfig } from '../settings/index.ts';
 import { makeClients, type KubeClients } from '../kube/client.ts';
 import { Quarantine } from '../remediation/quarantine.ts';
@@ -73,7 +74,7 @@ export function buildKubernetes(
     quarantine,
     entries: [
       { sink, adopts: sink, persist: (state) => (state.kubernetes = { writtenTypes: sink.conditions.writtenTypes }) },
-      ...(quarantine ? [{ sink: quarantine }] : []),
+      ...(quarantine ? [{ sink: quarantine, start: (health: NodeHealth) => quarantine.start(health) }] : []),
     ],
   };
 }

@@ -8,13 +8,14 @@ import {
   CONDITION_TYPES,
   REASONS,
   UNKNOWN_REASONS,
+  XID_POLICY,
   type BuiltinConditionType,
   type ReasonDef,
   type ReasonName,
   type UnknownReasonName,
 } from './reasons.generated.ts';
 
-export { CONDITIONS, CONDITION_TYPES, REASONS, UNKNOWN_REASONS };
+export { CONDITIONS, CONDITION_TYPES, REASONS, UNKNOWN_REASONS, XID_POLICY };
 export type { BuiltinConditionType, ReasonDef, ReasonName, RuleReasonName, UnknownReasonName };
 
 const exact = new Map<string, ReasonDef>();

@@ -1138,3 +1138,12 @@ export const UNKNOWN_REASONS: Record<UnknownReasonName, { condition: BuiltinCond
   NvidiaMonitoringUnavailable: { condition: "AcceleratedHardwareReady", description: "The GPU monitor is configured on but NVML is unusable (library missing, init failed, worker hung), so GPU faults go unseen." },
   DcgmHostEngineUnavailable: { condition: "AcceleratedHardwareReady", description: "gpu.source is dcgm (or auto chose DCGM) and the DCGM host engine cannot be reached or its connection was lost (DCGM_ST_CONNECTION_NOT_VALID), so DCGM's policy violations go unseen. A monitoring failure, not a GPU fault; Vigil reconnects with backoff." },
 };
+
+/** The Xid decision's data (catalog `xidPolicy`): defaults of xid.fatal and gpu.thresholds.recoveryActionsFatal. */
+export const XID_POLICY = {
+  fatal: [46,48,54,62,64,74,79,95,109,110,119,120,136,140,142,143,151,155,156,158] as readonly number[],
+  recoveryActions: { 0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P", 4: "drain and reset", 5: "recover IMEX domain" } as Readonly<Record<number, string>>,
+  recoveryActionsFatal: [1,2,4] as readonly number[],
+  severityInLine: {first:144,last:150},
+  recoveryActionXid: 154,
+} as const;

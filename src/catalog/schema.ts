@@ -22,11 +22,21 @@ export const reasonYaml = z.strictObject({
   description: z.string().min(10),
 });
 
+/** The Xid decision's data (src/monitors/xid/policy.ts reads it through the generated XID_POLICY). */
+export const xidPolicyYaml = z.strictObject({
+  fatal: z.array(z.number().int().min(1)).min(1),
+  recoveryActions: z.record(z.string().regex(/^\d+$/), z.string().min(1)),
+  recoveryActionsFatal: z.array(z.number().int().min(0)),
+  severityInLine: z.strictObject({ first: z.number().int().min(1), last: z.number().int().min(1) }),
+  recoveryActionXid: z.number().int().min(1),
+});
+
 export const catalogYaml = z.strictObject({
   conditions: z.record(z.string(), z.strictObject({ healthyReason: z.string(), healthyMessage: z.string() })),
   unknownReasons: z.record(z.string(), z.strictObject({ condition: z.string(), description: z.string().min(10) })),
   /** Where a reason depends on policy: the rule in one sentence, per family (rendered into docs/reasons.md). */
   policies: z.record(z.string(), z.string().min(10)).optional(),
+  xidPolicy: xidPolicyYaml,
   reasons: z.record(z.string(), reasonYaml),
 });
 

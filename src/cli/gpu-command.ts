@@ -5,11 +5,11 @@
  * Exit codes: 0 every check passes or is skipped, 1 a check fails, 2 NVML is unusable (library or
  * driver missing, or a call hung), 3 no NVIDIA GPU on the PCI bus.
  */
-import { Registry } from 'prom-client';
 import type { Finding, FindingSink } from '../api/types.ts';
 import type { CheckResult } from '../monitors/gpu/checks.ts';
 import type { GpuConfigInput } from '../monitors/gpu/config.ts';
-import { GpuMonitor, type GpuSnapshot } from '../monitors/gpu/monitor.ts';
+import type { GpuSnapshot } from '../monitors/gpu/monitor.ts';
+import { createGpuProbe } from '../app/gpu-probe.ts';
 import { exitNow, nvmlThreadsLeft } from '../sources/nvml/client.ts';
 
 export interface GpuCommandOptions {
@@ -46,9 +46,11 @@ export async function runGpuCommand(opts: GpuCommandOptions): Promise<number> {
   const write = opts.write ?? ((t: string) => void process.stdout.write(t));
   const findings: Finding[] = [];
   const sink: FindingSink = { finding: (f) => void findings.push(f), healthy: () => {}, source: () => {} };
-  const config: GpuConfigInput = { ...opts.config, events: false, enabled: true };
-  if (opts.library) config.libraryPath = opts.library;
-  const monitor = new GpuMonitor({ config, registry: new Registry(), ownTimer: false, ...(opts.sysRoot ? { sysRoot: opts.sysRoot } : {}) });
+  const monitor = createGpuProbe({
+    ...(opts.config ? { config: opts.config } : {}),
+    ...(opts.library ? { library: opts.library } : {}),
+    ...(opts.sysRoot ? { sysRoot: opts.sysRoot } : {}),
+  });
   let snap: GpuSnapshot;
   try {
     await monitor.start(sink);

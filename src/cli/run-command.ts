@@ -138,7 +138,6 @@ async function runAgent(opts: RunOptions, config: VigilConfig, signals: SignalGu
     useKube ? `reporting to Kubernetes as node ${nodeName}` : 'standalone: reporting through logs, /metrics and /conditions',
   );
   diagnostics?.start(listen);
-  kube?.quarantine?.start(agent.engine.health());
   collectStartupGarbage(10_000);
 
   const signal = await signals.stopped;

@@ -4,12 +4,13 @@
  * in their folders; src/settings assembles the whole file.
  */
 export { ConfigError, loadYamlConfig, parseYamlConfig } from './load.ts';
-export { conditionNames, diagnosticsConfig, engineConfig, kubernetesConfig, quarantineConfig, sourceRetryConfig } from './schema.ts';
+export { conditionNames, diagnosticsConfig, kubernetesConfig, quarantineConfig, sourceRetryConfig } from './schema.ts';
+export { ENGINE_DEFAULTS, engineConfig } from './engine.ts';
 export { duration, durationValue, positiveDuration, positiveDurationValue } from './duration.ts';
 export { DEFAULT_FATAL_XIDS, xidConfig, xidList } from './xid.ts';
 export { checkTiming, MINUTE, ratio } from './check-timing.ts';
 export { filePath, MAX_RULE_FILES } from './file-path.ts';
-export { schedulerConfigSchema } from './scheduler.ts';
+export { SCHEDULER_DEFAULTS, schedulerConfigSchema } from './scheduler.ts';
 export { kubeconfigProblem } from './kubeconfig.ts';
 export { LISTEN_FORMAT, parseListen, type ListenAddress } from './listen.ts';
 export {

@@ -10,3 +10,6 @@ export const schedulerConfigSchema = z
     jitter: z.number().min(0).max(0.5).default(0.1),
   })
   .prefault({});
+
+/** The queue's defaults, for a queue built without configuration. */
+export const SCHEDULER_DEFAULTS = schedulerConfigSchema.parse({});

@@ -36,24 +36,6 @@ export const conditionNames = z
     }
   });
 
-const escalation = z.strictObject({
-  match: regexString,
-  count: z.number().int().min(2),
-  window: duration('10m'),
-  raise: z.string().min(1),
-});
-
-export const engineConfig = z.strictObject({
-  /** A repeat of an active problem is logged/re-emitted at most once per window; repeats are counted. */
-  repeatWindow: duration('1m'),
-  flap: z.strictObject({ maxActivations: z.number().int().min(1).default(4), window: duration('30m') }).prefault({}),
-  escalations: z
-    .array(escalation)
-    .prefault([{ match: 'NvidiaXID(13|31|43)Warning', count: 5, window: '10m', raise: 'NvidiaXID$1Repeated' }]),
-  /** How often ttl recovery is evaluated. */
-  tick: positiveDuration('30s'),
-});
-
 export const kubernetesConfig = z
   .strictObject({
     /** auto: use in-cluster config or a kubeconfig when one is found; off: standalone. */

@@ -1,10 +1,9 @@
 /** The Xid policy's settings: one list schema for `xid.fatal`, `xid.ignore` and the GPU monitor. */
 import * as z from 'zod';
+import { XID_POLICY } from '../catalog/index.ts';
 
-/** The EKS fatal Xid list without 63 (NVIDIA classes row-remap events as IGNORE; NVML judges them). */
-export const DEFAULT_FATAL_XIDS: readonly number[] = [
-  46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158,
-];
+/** The default of `xid.fatal`: the catalog's (catalog/reasons.yaml `xidPolicy.fatal`, the EKS agent's list without 63). */
+export const DEFAULT_FATAL_XIDS: readonly number[] = XID_POLICY.fatal;
 
 /** A list of Xid numbers. */
 export const xidList = z.array(z.number().int().min(1).max(1000));

@@ -20,6 +20,7 @@ import type {
   SourceReport,
 } from '../api/types.ts';
 import { lookupReason } from '../catalog/index.ts';
+import { ENGINE_DEFAULTS as DEFAULTS } from '../config/engine.ts';
 import { Escalator, type EscalationRule } from './escalation.ts';
 import { SlidingCounter } from './sliding-counter.ts';
 
@@ -99,8 +100,8 @@ export class Engine {
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? Date.now;
-    this.repeatWindowMs = opts.repeatWindowMs ?? 60_000;
-    this.flap = opts.flap ?? { maxActivations: 4, windowMs: 30 * 60_000 };
+    this.repeatWindowMs = opts.repeatWindowMs ?? DEFAULTS.repeatWindow;
+    this.flap = opts.flap ?? { maxActivations: DEFAULTS.flap.maxActivations, windowMs: DEFAULTS.flap.window };
     this.escalator = new Escalator(opts.escalations ?? []);
     this.m = engineMetrics(opts.registry);
     this.restore(opts.restored);

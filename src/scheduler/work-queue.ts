@@ -12,6 +12,7 @@
  */
 import { Gauge, Counter, type Registry } from 'prom-client';
 import { VigilError } from '../util/errors.ts';
+import { SCHEDULER_DEFAULTS as DEFAULTS } from '../config/scheduler.ts';
 
 export type CheckStatus = 'ok' | 'fault' | 'skipped' | 'error' | 'timeout';
 export const CHECK_STATUSES: readonly CheckStatus[] = ['ok', 'fault', 'skipped', 'error', 'timeout'];
@@ -154,8 +155,8 @@ export class WorkQueue {
   constructor(private readonly opts: WorkQueueOptions = {}) {
     this.clock = opts.clock ?? realClock;
     this.random = opts.random ?? Math.random;
-    this.startupJitterMs = opts.startupJitterMs ?? 60_000;
-    this.jitter = opts.jitter ?? 0.1;
+    this.startupJitterMs = opts.startupJitterMs ?? DEFAULTS.startupJitter;
+    this.jitter = opts.jitter ?? DEFAULTS.jitter;
     if (!(this.jitter >= 0 && this.jitter <= 0.5)) throw new RangeError('jitter must be within [0, 0.5]');
     if (opts.registry) this.metrics = metricsOn(opts.registry);
   }

@@ -4,14 +4,8 @@
  * the registry (src/monitors/registry.ts). docs/configuration.md describes each option.
  */
 import * as z from 'zod';
-import {
-  conditionNames,
-  diagnosticsConfig,
-  engineConfig,
-  kubernetesConfig,
-  quarantineConfig,
-  sourceRetryConfig,
-} from '../config/schema.ts';
+import { conditionNames, diagnosticsConfig, kubernetesConfig, quarantineConfig, sourceRetryConfig } from '../config/schema.ts';
+import { engineConfig } from '../config/engine.ts';
 import { filePath } from '../config/file-path.ts';
 import { LISTEN_FORMAT, parseListen } from '../config/listen.ts';
 import { nodeNameString } from '../config/node-name.ts';

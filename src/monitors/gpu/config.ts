@@ -7,6 +7,7 @@
  * Thresholds marked (N) come from NVIDIA/DCGM; (S) are Vigil's suggested defaults.
  */
 import * as z from 'zod';
+import { XID_POLICY } from '../../catalog/index.ts';
 import { durationValue, positiveDuration } from '../../config/duration.ts';
 import { DEFAULT_FATAL_XIDS, xidList } from '../../config/xid.ts';
 
@@ -37,7 +38,7 @@ const gpuThresholdsSchema = z.strictObject({
   aerCorrectedCount: z.number().int().min(1).default(20),
   aerCorrectedWindowMs: durationValue.default(3_600_000),
   /** Driver recovery actions (field 230) that are reported: 1 GPU reset, 2 node reboot, 4 drain and reset. */
-  recoveryActionsFatal: z.array(z.number().int().min(0)).default([1, 2, 4]),
+  recoveryActionsFatal: z.array(z.number().int().min(0)).default([...XID_POLICY.recoveryActionsFatal]),
 });
 
 /** The DCGM push channel (gpu.source dcgm or auto). Thresholds marked (S) are Vigil's suggestions. */

@@ -5,23 +5,17 @@
  * it arrived. Operators override the fatal list with `xid.fatal` and mute Xids with `xid.ignore`.
  */
 import type { Entity, Finding } from '../../api/types.ts';
+import { XID_POLICY } from '../../catalog/index.ts';
 import { entityOf } from '../gpu/inventory.ts';
 
 /** The default of `xid.fatal`, defined with the config schema (which imports nothing from monitors). */
 export { DEFAULT_FATAL_XIDS } from '../../config/xid.ts';
 
-/** nvmlDeviceGpuRecoveryAction values (NVML field 230; the hex value in an Xid 154 line). */
-export const RECOVERY_ACTION_NAMES: Record<number, string> = {
-  0: 'none',
-  1: 'GPU reset',
-  2: 'node reboot',
-  3: 'drain P2P',
-  4: 'drain and reset',
-  5: 'recover IMEX domain',
-};
+/** nvmlDeviceGpuRecoveryAction values (NVML field 230; the hex value in an Xid 154 line): catalog `xidPolicy.recoveryActions`. */
+export const RECOVERY_ACTION_NAMES: Readonly<Record<number, string>> = XID_POLICY.recoveryActions;
 
-/** Recovery actions that mean the GPU is unusable until reset or reboot: GPU reset, node reboot, drain and reset. */
-export const DEFAULT_RECOVERY_ACTIONS_FATAL: readonly number[] = [1, 2, 4];
+/** Recovery actions that mean the GPU is unusable until reset or reboot (catalog `xidPolicy.recoveryActionsFatal`). */
+export const DEFAULT_RECOVERY_ACTIONS_FATAL: readonly number[] = XID_POLICY.recoveryActionsFatal;
 
 /** The names an Xid 154 line prints in parentheses, for lines whose hex value is missing. */
 const RECOVERY_ACTION_TEXT: Record<string, number> = {
@@ -33,10 +27,10 @@ const RECOVERY_ACTION_TEXT: Record<string, number> = {
   'recover imex domain': 5,
 };
 
-/** NVLink5 Xids (Blackwell): the line says Fatal or Nonfatal after the sub-component. */
-export const NVLINK5_XIDS = { first: 144, last: 150 } as const;
-/** GPU_RECOVERY_ACTION_CHANGED: the line (or NVML field 230) gives the action now in force. */
-export const RECOVERY_ACTION_XID = 154;
+/** NVLink5 Xids (Blackwell): the line says Fatal or Nonfatal after the sub-component (catalog `xidPolicy.severityInLine`). */
+export const NVLINK5_XIDS = XID_POLICY.severityInLine;
+/** GPU_RECOVERY_ACTION_CHANGED: the line (or NVML field 230) gives the action now in force (catalog `xidPolicy.recoveryActionXid`). */
+export const RECOVERY_ACTION_XID = XID_POLICY.recoveryActionXid;
 
 /** A catalog reason (ReasonName): the severity is in the name. */
 export type XidReason = `NvidiaXID${number}Error` | `NvidiaXID${number}Warning`;
