@@ -1,14 +1,12 @@
 /** What the kernelLog section and the rule files mean for the classifier and the condition table. */
 import { CONDITIONS } from '../../catalog/index.ts';
 import type { DeclaredCondition, XidInputs } from '../module.ts';
-
-export type { DeclaredCondition } from '../module.ts';
 import type { ClassifierOptions } from './classify.ts';
 import type { KernelLogConfig } from './config.ts';
 import type { NpdConfig } from './npd.ts';
 import type { UserRule } from './user-rules.ts';
 
-export type { RuleFiles } from './rule-files.ts';
+export type { DeclaredCondition } from '../module.ts';
 
 /** The rules the rule files hold. */
 export interface LoadedRules {
