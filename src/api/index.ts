@@ -23,4 +23,5 @@ export type {
   Sink,
   SourceName,
   SourceReport,
+  WarmEvent,
 } from './types.ts';

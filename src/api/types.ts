@@ -139,6 +139,18 @@ export interface Sink {
   /** Called for each engine event, synchronously; sinks queue their own I/O. */
   handle(event: EngineEvent, health: NodeHealth): void;
   close?(): Promise<void>;
+  /**
+   * Runs these events (a throwaway engine's, from a synthetic fault) through throwaway copies of
+   * the sink's parts, with no effect anywhere: V8 compiles a function on its first call, which a
+   * fresh agent's first fault would otherwise pay for on its way to the API server.
+   */
+  warm?(events: readonly WarmEvent[]): void;
+}
+
+/** An engine event and the health handed with it, as a sink's warm() gets them. */
+export interface WarmEvent {
+  event: EngineEvent;
+  health: NodeHealth;
 }
 
 /** A producer of findings (a push source plus its monitor, or a polled check). */
@@ -151,6 +163,11 @@ export interface Monitor {
    * configured, e.g. no NVIDIA GPU), with a message naming why. 'ok' when absent.
    */
   status?(): { state: 'ok' | 'degraded' | 'failed' | 'off'; message: string };
+  /**
+   * Compiles what the monitor's first real record will run (its regular expressions are compiled
+   * per object on first use), with no finding, state change or output.
+   */
+  warm?(): void;
 }
 
 /** The handle a monitor publishes through. */

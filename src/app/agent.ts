@@ -238,7 +238,7 @@ export class Agent {
     if (config.kernelLog.enabled) {
       setImmediate(() => {
         try {
-          warmUp(config);
+          warmUp(config, { monitors: this.entries.map((e) => e.monitor), sinks: this.sinks });
         } catch (err) {
           log.debug({ err }, 'warm-up failed');
         }

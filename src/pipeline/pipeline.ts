@@ -34,6 +34,7 @@ export function throughPipeline(monitor: Monitor, pipeline: (engine: FindingSink
     start: (out) => monitor.start(pipeline(out)),
     stop: () => monitor.stop(),
     ...(monitor.status ? { status: () => monitor.status!() } : {}),
+    ...(monitor.warm ? { warm: () => monitor.warm!() } : {}),
   };
 }
 

@@ -366,3 +366,14 @@ test('GSP calls failing with NV_ERR_RESET_REQUIRED raise NvidiaGPUResetRequired;
     [['NvidiaGSPTimeout', '', '0000:0a:00']],
   );
 });
+
+test('warm() keeps nothing: the same Xid 79 right after it is still a finding, and no GPU is learnt', () => {
+  const c = new KernelLogClassifier();
+  const line = 'NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=x, GPU has fallen off the bus.';
+  c.warm([line, 'NVRM: GPU at PCI:0000:3b:00: GPU-5d6c6a42-0000-0000-0000-000000000000']);
+  assert.deepEqual(
+    one(line, c).map((f) => [f.reason, f.entity]),
+    [['NvidiaXID79Error', 'gpu:0000:3b:00']],
+  );
+  assert.equal(c.gpuUuids().size, 0);
+});

@@ -343,3 +343,50 @@ test('a new failing entity on a condition already False: its Event goes first, t
   held.splice(0).forEach((release) => release());
   await sink.close();
 });
+
+test("warm() runs a fault's events through a throwaway recorder: nothing is sent, the sink's metrics stay as they were, and a real fault after it is told", async () => {
+  const calls: Call[] = [];
+  const registry = new Registry();
+  const sink = new KubernetesSink({
+    clients: fakeClients(calls, clock),
+    nodeName: 'n1',
+    log,
+    registry,
+    heartbeatMs: 0,
+    coalesceMs: 0,
+    eventNamespace: 'default',
+    eventsPerReasonPerMinute: 6,
+    staleGraceMs: 0,
+    finalWriteMs: 0,
+    instance: 'vigil-test',
+  });
+  const fatal: EngineEvent = {
+    kind: 'finding',
+    finding: {
+      reason: 'NvidiaXID79Error',
+      message: 'off the bus',
+      source: 'kmsg',
+      entity: 'gpu:0000:00:00',
+      at: clock(),
+      severity: 'Fatal',
+      condition: 'C',
+      action: 'reboot',
+      count: 1,
+    },
+  };
+  const writes = async () => JSON.stringify((await registry.getSingleMetric('vigil_k8s_event_writes_total')?.get())?.values);
+  const before = await writes();
+  sink.warm([{ event: fatal, health: health('False', 'off the bus') }]);
+  await advance(60_000);
+  assert.equal(calls.length, 0, 'the warm-up sends nothing');
+  assert.equal(await writes(), before);
+
+  sink.handle(fatal, health('False', 'off the bus'));
+  await advance(0);
+  assert.deepEqual(
+    calls.filter((c) => c.op === 'createEvent').map((c) => (c.body as { note: string }).note),
+    ['gpu:0000:00:00: off the bus'],
+    "the same fault for real is told: the warm-up's series and budget were its own",
+  );
+  await sink.close();
+});

@@ -48,6 +48,9 @@ export interface KernelLogMonitorOptions {
   createReader?: (opts: KmsgReaderOptions) => KmsgReaderLike;
 }
 
+/** A line of the kind a fresh agent must answer fastest, for warm-ups: a GPU fallen off the bus (Fatal). */
+export const WARM_UP_XID_LINE = 'NVRM: Xid (PCI:0000:00:00): 79, pid=0, name=warm-up, GPU has fallen off the bus.';
+
 export class KernelLogMonitor implements Monitor {
   readonly name = 'kernel-log';
   /** Extra condition types declared by the loaded NPD files, for the engine to manage. */
@@ -91,6 +94,11 @@ export class KernelLogMonitor implements Monitor {
   /** PCI address -> GPU UUID learnt from the driver's log lines. */
   gpuUuids(): ReadonlyMap<string, string> {
     return this.classifier.gpuUuids();
+  }
+
+  /** Compiles the patterns a fresh agent's first fault takes (an Xid), on this monitor's own classifier. */
+  warm(): void {
+    this.classifier.warm([WARM_UP_XID_LINE]);
   }
 
   /** Opens /dev/kmsg; throws if it cannot be read (the caller reports the monitor as failed). */

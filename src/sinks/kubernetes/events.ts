@@ -25,7 +25,7 @@ import { ApiPacer, REPORTING_CONTROLLER, STRATEGIC_MERGE, toFailure, type KubeCl
 import { explainFailure } from '../../kube/failures.ts';
 
 export interface EventRecorderOptions {
-  clients: KubeClients;
+  clients: Pick<KubeClients, 'events'>;
   nodeName: string;
   nodeUid?: () => string | undefined;
   namespace: string;
