@@ -208,17 +208,16 @@ export class KernelLogClassifier {
   }
 
   /**
-   * Tries `lines` on the combined test and the built-in rules it selects, twice, and keeps nothing:
-   * no finding, no state. V8 compiles a regular expression on its first use and to machine code on
+   * Tries `lines` on the combined test and the built-in rules it selects, and keeps nothing: no
+   * finding, no state. V8 compiles a regular expression on its first use and to machine code on
    * its second, per RegExp object, so this instance's first fault would pay for it otherwise (the
    * combined test alone took about 1.4 ms on a fresh agent's first Xid in bench:compare's trace).
    */
   warm(lines: readonly string[]): void {
-    for (let round = 0; round < 2; round++)
-      for (const msg of lines) {
-        const mask = this.rulesFor(msg);
-        for (let i = 0; i < this.rules.length; i++) if ((mask & (1 << i)) !== 0) this.rules[i].match(msg, this.env);
-      }
+    for (const msg of lines) {
+      const mask = this.rulesFor(msg);
+      for (let i = 0; i < this.rules.length; i++) if ((mask & (1 << i)) !== 0) this.rules[i].match(msg, this.env);
+    }
   }
 
   /** A bit per built-in rule (index in `rules`) that a word in `msg` can start. */

@@ -48,8 +48,18 @@ export interface KernelLogMonitorOptions {
   createReader?: (opts: KmsgReaderOptions) => KmsgReaderLike;
 }
 
-/** A line of the kind a fresh agent must answer fastest, for warm-ups: a GPU fallen off the bus (Fatal). */
-export const WARM_UP_XID_LINE = 'NVRM: Xid (PCI:0000:00:00): 79, pid=0, name=warm-up, GPU has fallen off the bus.';
+/**
+ * Warm-ups run the path of a fault this many times: V8 gives a function its inline caches only
+ * from its 8th call (--invocation-count-for-feedback-allocation); before that, every property
+ * access takes the slow path, and the first fault of a fresh agent would be one of those calls.
+ */
+export const WARM_UP_PASSES = 10;
+
+/** Lines of the kind a fresh agent must answer fastest, for warm-ups: GPUs fallen off the bus (Fatal), one per pass. */
+export const WARM_UP_XID_LINES: readonly string[] = Array.from(
+  { length: WARM_UP_PASSES },
+  (_, i) => `NVRM: Xid (PCI:0000:00:${i.toString(16).padStart(2, '0')}): 79, pid=0, name=warm-up, GPU has fallen off the bus.`,
+);
 
 export class KernelLogMonitor implements Monitor {
   readonly name = 'kernel-log';
@@ -98,7 +108,7 @@ export class KernelLogMonitor implements Monitor {
 
   /** Compiles the patterns a fresh agent's first fault takes (an Xid), on this monitor's own classifier. */
   warm(): void {
-    this.classifier.warm([WARM_UP_XID_LINE]);
+    this.classifier.warm(WARM_UP_XID_LINES);
   }
 
   /** Opens /dev/kmsg; throws if it cannot be read (the caller reports the monitor as failed). */
