@@ -23,5 +23,4 @@ export type {
   Sink,
   SourceName,
   SourceReport,
-  WarmEvent,
 } from './types.ts';

@@ -144,13 +144,7 @@ export interface Sink {
    * the sink's parts, with no effect anywhere: V8 compiles a function on its first call, which a
    * fresh agent's first fault would otherwise pay for on its way to the API server.
    */
-  warm?(events: readonly WarmEvent[]): void;
-}
-
-/** An engine event and the health handed with it, as a sink's warm() gets them. */
-export interface WarmEvent {
-  event: EngineEvent;
-  health: NodeHealth;
+  warm?(events: readonly EngineEvent[]): void;
 }
 
 /** A producer of findings (a push source plus its monitor, or a polled check). */

@@ -3,28 +3,25 @@
  * first call and a regular expression on its first use, and Vigil runs without optimizing
  * compilers. bench:compare's trace of a fresh agent's first Xid found about 5 ms more from the
  * kmsg record to the Event's request than for later ones, which put its first signal behind NPD's.
- * Synthetic Fatal Xids (one per pass, WARM_UP_PASSES: enough for V8 to give the path its inline
+ * Synthetic Fatal Xids (one per pass, WARM_UP_XID_LINES: enough for V8 to give the path its inline
  * caches) go through throwaway copies of the classifier, the pipeline and the engine; the engine's
  * events from them go to each sink's warm() (throwaway parts that send nothing), and each monitor
  * compiles its own patterns (warm()). Nothing reaches the agent's engine, sinks,
  * metrics, state or the API server.
  */
 import { Registry } from 'prom-client';
-import type { Monitor, Sink, WarmEvent } from '../api/index.ts';
+import type { EngineEvent, Monitor, Sink } from '../api/index.ts';
 import type { VigilConfig } from '../settings/index.ts';
 import { KernelLogClassifier, WARM_UP_XID_LINES } from '../monitors/index.ts';
 import { conditionTables, createPipeline, kernelLogClassifierOptions } from '../pipeline/index.ts';
 import { createEngine } from './engine.ts';
 
-export function warmUp(
-  config: VigilConfig,
-  parts: { monitors: readonly Monitor[]; sinks: readonly Sink[] } = { monitors: [], sinks: [] },
-): void {
+export function warmUp(config: VigilConfig, parts: { monitors: readonly Monitor[]; sinks: readonly Sink[] }): void {
   const registry = new Registry();
   const { conditions } = conditionTables(config, []);
   const engine = createEngine(config, { bootId: 'warm-up', conditions, registry });
-  const events: WarmEvent[] = [];
-  engine.on((event, health) => events.push({ event, health }));
+  const events: EngineEvent[] = [];
+  engine.on((event) => events.push(event));
   const pipeline = createPipeline({ config, registry, engine, gpus: { gpuByPci: () => undefined, inventory: () => [] } });
   const classifier = new KernelLogClassifier(kernelLogClassifierOptions(config, { userRules: [], npd: [] }));
   const at = Date.now();

@@ -4,7 +4,7 @@
  */
 export { KernelLogClassifier, trieRegExp } from './kernel-log/classify.ts';
 export type { ClassifiableLine, ClassifierOptions } from './kernel-log/classify.ts';
-export { KernelLogMonitor, WARM_UP_PASSES, WARM_UP_XID_LINES } from './kernel-log/monitor.ts';
+export { KernelLogMonitor, WARM_UP_XID_LINES } from './kernel-log/monitor.ts';
 export type { KernelLogMonitorOptions, KmsgReaderLike } from './kernel-log/monitor.ts';
 export { NpdMatcher, goRegexToJs, loadNpdConfig, parseNpdConfig } from './kernel-log/npd.ts';
 export type { NpdCondition, NpdConfig, NpdOptions, NpdRule } from './kernel-log/npd.ts';

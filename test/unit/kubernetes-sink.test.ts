@@ -376,7 +376,7 @@ test("warm() runs a fault's events through a throwaway recorder: nothing is sent
   };
   const writes = async () => JSON.stringify((await registry.getSingleMetric('vigil_k8s_event_writes_total')?.get())?.values);
   const before = await writes();
-  sink.warm([{ event: fatal, health: health('False', 'off the bus') }]);
+  sink.warm([fatal]);
   await advance(60_000);
   assert.equal(calls.length, 0, 'the warm-up sends nothing');
   assert.equal(await writes(), before);

@@ -53,7 +53,7 @@ export interface KernelLogMonitorOptions {
  * from its 8th call (--invocation-count-for-feedback-allocation); before that, every property
  * access takes the slow path, and the first fault of a fresh agent would be one of those calls.
  */
-export const WARM_UP_PASSES = 10;
+const WARM_UP_PASSES = 10;
 
 /** Lines of the kind a fresh agent must answer fastest, for warm-ups: GPUs fallen off the bus (Fatal), one per pass. */
 export const WARM_UP_XID_LINES: readonly string[] = Array.from(

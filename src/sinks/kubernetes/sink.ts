@@ -6,7 +6,7 @@
 import os from 'node:os';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import type { EngineEvent, NodeHealth, Sink, WarmEvent } from '../../api/types.ts';
+import type { EngineEvent, NodeHealth, Sink } from '../../api/types.ts';
 import type { KubeClients } from '../../kube/client.ts';
 import { ConditionWriter, type ExistingCondition } from './conditions.ts';
 import { EventRecorder } from './events.ts';
@@ -152,7 +152,7 @@ export class KubernetesSink implements Sink {
    * silent log: a fresh agent's first Fatal finding took about 1.5 ms more from the sink to the
    * Event's request than later ones (bench:compare's trace), compiling this path.
    */
-  warm(events: readonly WarmEvent[]): void {
+  warm(events: readonly EngineEvent[]): void {
     const recorder = new EventRecorder({
       clients: {
         events: {
@@ -167,7 +167,7 @@ export class KubernetesSink implements Sink {
       perReasonPerMinute: this.o.eventsPerReasonPerMinute,
       instance: 'warm-up',
     });
-    for (const { event } of events) recorder.handle(event);
+    for (const event of events) recorder.handle(event);
     void recorder.stop();
   }
 
