@@ -3,6 +3,8 @@
 #   test/cluster/down.sh [--purge] [STATE_DIR]     (or VIGIL_CLUSTER_DIR=/tmp/x test/cluster/down.sh)
 # --purge also deletes STATE_DIR (only if it is a Vigil cluster dir). Idempotent.
 # A node started by up.sh --with-node is stopped first and the host put back as up.sh recorded it.
+#   test/cluster/down.sh --stale   (the caller holds /run/vigil-node.lock): puts back what a node cluster
+#   that ended without down.sh left on the host (node_reclaim); up.sh --with-node does it by itself.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VIGIL_LOG_PREFIX="down.sh"
@@ -13,7 +15,12 @@ PURGE=0; ARG=""
 for a in "$@"; do
   case "$a" in
     --purge) PURGE=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    --stale)
+      # shellcheck source=node-lib.sh
+      source "$HERE/node-lib.sh"
+      flock -n "$NODE_LOCK" true 2>/dev/null && die "--stale: the caller must hold $NODE_LOCK"
+      node_reclaim ""; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     -*) die "unknown option $a" ;;
     *) ARG="$a" ;;
   esac

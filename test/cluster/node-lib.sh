@@ -36,6 +36,7 @@ node_lock() {
   local dir="$1" wait="${VIGIL_NODE_LOCK_WAIT:-600}" owner="" opid=""
   if [[ "${VIGIL_NODE_LOCK_HELD:-0}" == 1 ]]; then
     flock -n "$NODE_LOCK" true 2>/dev/null && die "VIGIL_NODE_LOCK_HELD=1 but nobody holds $NODE_LOCK"
+    node_reclaim "$dir"
     printf '%s caller\n' "$dir" > "$NODE_OWNER"
     return 0
   fi
@@ -52,9 +53,37 @@ node_lock() {
   fi
   # The holder inherits fd 8 (and with it the lock); up.sh closes its own copy so that nothing else
   # it starts keeps the lock alive.
+  node_reclaim "$dir"
   launch "$dir" node-lock sleep infinity
   exec 8>&-
   printf '%s %s\n' "$dir" "$(cat "$dir/node-lock.pid")" > "$NODE_OWNER"
+}
+
+# node_reclaim DIR: with the lock taken, no other node cluster runs, so one that NODE_OWNER still names
+# ended without down.sh: every process killed (a machine's session ended mid-test) frees the lock but
+# leaves the host changed, and the next start failed on "iptables: Chain already exists". Its own
+# record puts the host back (down.sh, as for any stop); what no record covers (its folder gone) but
+# only a node cluster makes, this cluster's fixed chains and address, goes too. Before node_record_host.
+node_reclaim() {
+  local dir="$1" owner="" t c
+  if [[ -s "$NODE_OWNER" ]]; then read -r owner _ < "$NODE_OWNER" || true; fi
+  if [[ -n "$owner" && "$owner" != "$dir" && -d "$owner/host" ]]; then
+    log "the node cluster in $owner ended without down.sh; stopping what is left of it and putting the host back"
+    bash "$VIGIL_REPO_ROOT/test/cluster/down.sh" "$owner" >&2 || log "down.sh $owner failed; going on"
+  fi
+  rm -f "$NODE_OWNER"
+  for t in nat filter; do
+    for c in KUBE-VIGIL-APISERVER KUBE-VIGIL-SERVICE-RANGE; do
+      iptables -t "$t" -S "$c" >/dev/null 2>&1 || continue
+      log "removing the iptables chain $t/$c an earlier node cluster left"
+      while iptables -t "$t" -D OUTPUT -j "$c" 2>/dev/null; do :; done
+      iptables -t "$t" -F "$c" && iptables -t "$t" -X "$c"
+    done
+  done
+  if ip -o addr show dev lo | grep -qF " $NODE_IP/32 "; then
+    log "removing the node address $NODE_IP that an earlier node cluster left on lo"
+    ip addr del "$NODE_IP/32" dev lo
+  fi
 }
 
 node_unlock() {

@@ -262,3 +262,36 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     assert.equal(existsSync(cluster.dir), false, 'down.sh --purge removed the state dir');
   });
 });
+
+describe('a node cluster killed without down.sh', { skip: isRoot ? false : 'needs root', timeout: 900_000 }, () => {
+  test('the next up.sh --with-node puts the host back from its record and starts (no "Chain already exists")', async (t) => {
+    const releaseLock = await holdNodeLock();
+    t.after(releaseLock);
+    const hostBefore = snapshotHost();
+    const killed = await startNodeCluster({ lockHeld: true });
+    t.after(() => killed.stop());
+    // As when the machine's session ends mid-test: every process of the cluster dies at once, and
+    // the kubelet's chains, sysctls and cgroups, the node address and the service route stay.
+    for (const f of readdirSync(killed.dir).filter((n) => n.endsWith('.pid'))) {
+      const pid = Number(readFileSync(path.join(killed.dir, f), 'utf8'));
+      if (pid > 1) spawnSync('kill', ['-KILL', String(pid)]);
+    }
+    const left = snapshotHost();
+    assert.ok(left.addresses.includes(`lo inet ${killed.nodeIp}/32`), 'the killed node left its address');
+    assert.ok(
+      left.iptables['iptables-save nat'].some((l) => l.includes('KUBE-VIGIL-APISERVER')),
+      'the killed node left its chain',
+    );
+
+    const next = await startNodeCluster({ lockHeld: true });
+    await next.stop();
+    const hostAfter = snapshotHost();
+    assert.deepEqual(hostAfter.sysctls, hostBefore.sysctls);
+    assert.deepEqual(hostAfter.iptables, hostBefore.iptables);
+    assert.deepEqual(hostAfter.cgroups, hostBefore.cgroups);
+    assert.deepEqual(hostAfter.mounts, hostBefore.mounts);
+    assert.deepEqual(hostAfter.links, hostBefore.links);
+    assert.deepEqual(hostAfter.addresses, hostBefore.addresses);
+    assert.deepEqual(hostAfter.paths, hostBefore.paths);
+  });
+});

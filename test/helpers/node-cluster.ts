@@ -72,6 +72,9 @@ export function holdNodeLock(timeoutS = 900): Promise<() => void> {
   return new Promise((resolve, reject) => {
     holder.stdout.once('data', () => {
       holder.stdout.destroy();
+      // Before the caller's first look at the host: what a node cluster killed without down.sh left goes.
+      const stale = spawnSync('bash', [path.join(SCRIPTS, 'down.sh'), '--stale'], { encoding: 'utf8' });
+      if (stale.status !== 0) process.stderr.write(`down.sh --stale: ${stale.stderr}`);
       resolve(() => {
         if (holder.pid !== undefined && holder.exitCode === null) process.kill(-holder.pid, 'SIGKILL');
       });
