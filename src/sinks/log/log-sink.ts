@@ -1,13 +1,39 @@
-/** Writes findings and condition changes as structured JSON log lines (pino). */
+/**
+ * Writes findings and condition changes as structured JSON log lines (pino), in order, once the
+ * turn that found them is over: the Kubernetes sink's request leaves only after the turn's
+ * synchronous work, and a fresh agent's first line (0.2-0.5 ms to build while its code is cold)
+ * need not go before the first signal. close() writes what is still waiting.
+ */
 import type { Logger } from 'pino';
 import type { EngineEvent, Sink } from '../../api/types.ts';
 
 export class LogSink implements Sink {
   readonly name = 'log';
+  private pending: EngineEvent[] = [];
+  private scheduled: NodeJS.Immediate | undefined;
 
   constructor(private readonly log: Logger) {}
 
   handle(event: EngineEvent): void {
+    if (event.kind === 'repeat') return; // counted in metrics; logging every repeat would flood the log
+    this.pending.push(event);
+    this.scheduled ??= setImmediate(() => this.flush());
+  }
+
+  close(): Promise<void> {
+    this.flush();
+    return Promise.resolve();
+  }
+
+  private flush(): void {
+    if (this.scheduled) clearImmediate(this.scheduled);
+    this.scheduled = undefined;
+    const events = this.pending;
+    this.pending = [];
+    for (const e of events) this.write(e);
+  }
+
+  private write(event: EngineEvent): void {
     switch (event.kind) {
       case 'finding': {
         const f = event.finding;
@@ -44,7 +70,7 @@ export class LogSink implements Sink {
         break;
       }
       case 'repeat':
-        break; // counted in metrics; logging every repeat would flood the log
+        break;
       case 'recovered':
         this.log.info(
           {
