@@ -24,10 +24,10 @@ if (inspector?.url() && !inspectFlag.test([...process.execArgv, process.env.NODE
 // - V8 grows each young-generation semi-space up to 16 MiB as it allocates, and keeps it resident;
 //   1 MiB costs a few more scavenges and about 20 MiB less RSS.
 // - No optimizing compilers (TurboFan, Sparkplug): their code in the node binary and the code they
-//   make cost about 6 MiB of an idle agent's RSS (59.5 -> about 58 with Sparkplug off too).
-//   Classification runs in the Ignition interpreter at about 55% of the speed (a kernel-log corpus
-//   on one core: 128,000 against 234,000 lines/s, still 12 times NPD's); the regular expressions,
-//   which do most of the work, are compiled to machine code either way.
+//   make cost an idle agent with the GPU monitor on 16.1 MiB of RSS (68.8 -> 85.0; Sparkplug alone
+//   2.6). Classification runs in the Ignition interpreter at about 46% of the speed (285,000 against
+//   620,000 records/s; docs/benchmarks.md, "The optimizing compilers: off, by the numbers"); the
+//   regular expressions, which do most of the work, are compiled to machine code either way.
 const given = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].join(' ');
 if (!given.includes('semi-space')) v8.setFlagsFromString('--max-semi-space-size=1');
 if (!/--(no-)?(opt|turbofan)\b/.test(given)) v8.setFlagsFromString('--no-opt');
