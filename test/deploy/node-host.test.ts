@@ -111,6 +111,18 @@ function snapshotHost(): HostSnapshot {
   };
 }
 
+/** The host now, part by part, is as `before` showed it. */
+function assertHostAsBefore(before: HostSnapshot): void {
+  const after = snapshotHost();
+  assert.deepEqual(after.sysctls, before.sysctls);
+  assert.deepEqual(after.iptables, before.iptables);
+  assert.deepEqual(after.cgroups, before.cgroups);
+  assert.deepEqual(after.mounts, before.mounts);
+  assert.deepEqual(after.links, before.links);
+  assert.deepEqual(after.addresses, before.addresses);
+  assert.deepEqual(after.paths, before.paths);
+}
+
 const isRoot = process.getuid?.() === 0;
 
 describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root', timeout: 1_200_000 }, () => {
@@ -251,14 +263,7 @@ describe('a real Node (up.sh --with-node)', { skip: isRoot ? false : 'needs root
     );
 
     await cluster.stop();
-    const hostAfter = snapshotHost();
-    assert.deepEqual(hostAfter.sysctls, hostBefore.sysctls);
-    assert.deepEqual(hostAfter.iptables, hostBefore.iptables);
-    assert.deepEqual(hostAfter.cgroups, hostBefore.cgroups);
-    assert.deepEqual(hostAfter.mounts, hostBefore.mounts);
-    assert.deepEqual(hostAfter.links, hostBefore.links);
-    assert.deepEqual(hostAfter.addresses, hostBefore.addresses);
-    assert.deepEqual(hostAfter.paths, hostBefore.paths);
+    assertHostAsBefore(hostBefore);
     assert.equal(existsSync(cluster.dir), false, 'down.sh --purge removed the state dir');
   });
 });
@@ -285,13 +290,6 @@ describe('a node cluster killed without down.sh', { skip: isRoot ? false : 'need
 
     const next = await startNodeCluster({ lockHeld: true });
     await next.stop();
-    const hostAfter = snapshotHost();
-    assert.deepEqual(hostAfter.sysctls, hostBefore.sysctls);
-    assert.deepEqual(hostAfter.iptables, hostBefore.iptables);
-    assert.deepEqual(hostAfter.cgroups, hostBefore.cgroups);
-    assert.deepEqual(hostAfter.mounts, hostBefore.mounts);
-    assert.deepEqual(hostAfter.links, hostBefore.links);
-    assert.deepEqual(hostAfter.addresses, hostBefore.addresses);
-    assert.deepEqual(hostAfter.paths, hostBefore.paths);
+    assertHostAsBefore(hostBefore);
   });
 });

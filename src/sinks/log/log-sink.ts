@@ -69,8 +69,6 @@ export class LogSink implements Sink {
         );
         break;
       }
-      case 'repeat':
-        break;
       case 'recovered':
         this.log.info(
           {
