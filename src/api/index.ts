@@ -16,6 +16,7 @@ export type {
   HealthySignal,
   Monitor,
   NodeHealth,
+  Published,
   RecommendedAction,
   Recovery,
   RuleReasonName,

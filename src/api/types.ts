@@ -133,6 +133,12 @@ export type EngineEvent =
   /** A repeat of an active problem that was not re-emitted (Event series count it). */
   | { kind: 'repeat'; problem: ActiveProblem };
 
+/** An engine event with the view the engine published it with, as a sink's handle() receives them. */
+export interface Published {
+  event: EngineEvent;
+  health: NodeHealth;
+}
+
 /** A consumer of engine output: logs, Prometheus, Kubernetes. */
 export interface Sink {
   readonly name: string;
@@ -144,7 +150,7 @@ export interface Sink {
    * the sink's parts, with no effect anywhere: V8 compiles a function on its first call, which a
    * fresh agent's first fault would otherwise pay for on its way to the API server.
    */
-  warm?(events: readonly EngineEvent[]): void;
+  warm?(published: readonly Published[]): void;
 }
 
 /** A producer of findings (a push source plus its monitor, or a polled check). */

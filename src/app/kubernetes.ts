@@ -38,7 +38,8 @@ export function buildKubernetes(
 ): KubernetesParts {
   const { nodeName, log, registry } = o;
   const k = config.kubernetes;
-  const clients = o.clients ?? makeClients(k.kubeconfig);
+  // The agent's identity is kept applied: a fault's Event is built in the turn that found it.
+  const clients = o.clients ?? makeClients(k.kubeconfig, {}, { keepIdentityFresh: true });
   const sink = new KubernetesSink({
     clients,
     nodeName,

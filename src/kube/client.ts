@@ -48,7 +48,8 @@ export interface CoreApi {
 
 /** events.k8s.io/v1 Events. */
 export interface EventsApi {
-  createNamespacedEvent(p: { namespace: string; body: k8s.EventsV1Event }, o?: RequestOptions): Promise<k8s.EventsV1Event>;
+  /** `dryRun: 'All'`: validated and admitted, never stored (the sink's preflight). */
+  createNamespacedEvent(p: { namespace: string; body: k8s.EventsV1Event; dryRun?: 'All' }, o?: RequestOptions): Promise<k8s.EventsV1Event>;
   patchNamespacedEvent(p: { name: string; namespace: string; body: object }, o?: RequestOptions): Promise<k8s.EventsV1Event>;
 }
 
@@ -102,20 +103,43 @@ export class KubeApiError extends Error {
 const TLS_KEYS = ['ca', 'cert', 'key', 'pfx', 'passphrase', 'rejectUnauthorized', 'servername'] as const;
 
 /**
+ * How long requests reuse the identity client-node applied for an earlier one (its headers, TLS
+ * options and agent). client-node reads the CA, certificate and key files again and builds an
+ * https.Agent on every call: about 0.2 ms in the interpreter before a fault's Event can go out.
+ * client-go re-reads a token file once a minute too; a rotated token or certificate stays valid
+ * well past that (the kubelet rotates both long before they expire). A 401 drops it at once.
+ */
+export const IDENTITY_TTL_MS = 60_000;
+
+export interface ClientTuning {
+  /** Re-apply the identity in the background every IDENTITY_TTL_MS / 2, so a request after a long quiet finds it ready (the agent). */
+  keepIdentityFresh?: boolean;
+  /** Test seam (default performance.now). */
+  now?: () => number;
+}
+
+/**
  * Requests with the KubeConfig's identity over kept-alive connections. client-node builds a new
  * https.Agent for every request, so every call would pay a TLS handshake (about 7 ms of a 12 ms
- * node status PATCH on loopback). Each request still gets its credentials from the KubeConfig (a
- * rotated token file is read again); the agent it built is swapped for a kept-alive one with the
- * same TLS options, made anew when those change (a rotated client certificate). Proxy agents are
- * left as they are.
+ * node status PATCH on loopback). The identity it applies (a rotated token file is read again) is
+ * kept for IDENTITY_TTL_MS; the agent it built is swapped for a kept-alive one with the same TLS
+ * options, made anew when those change (a rotated client certificate). Proxy agents are left as
+ * they are.
  */
 class Rest {
   private pooled: { key: string; agent: https.Agent } | undefined;
+  private identity: { at: number; opts: https.RequestOptions } | undefined;
+  private applying: Promise<https.RequestOptions> | undefined;
+  private refresh: NodeJS.Timeout | undefined;
+  private readonly now: () => number;
 
   constructor(
     private readonly kc: k8s.KubeConfig,
     private readonly server: string,
-  ) {}
+    private readonly tuning: ClientTuning = {},
+  ) {
+    this.now = tuning.now ?? (() => performance.now());
+  }
 
   async request<T>(
     method: string,
@@ -124,13 +148,47 @@ class Rest {
     body: object | undefined,
     o: RequestOptions = {},
   ): Promise<T> {
-    const opts: https.RequestOptions = { method, headers: {} };
-    await this.kc.applyToHTTPSOptions(opts);
-    this.keepAlive(opts);
+    const id = this.identity;
+    const age = id ? this.now() - id.at : Infinity;
+    // Within the TTL the request is built in this turn, with no await before it.
+    if (age >= IDENTITY_TTL_MS / 2) void this.apply().catch(() => {});
+    const base = age < IDENTITY_TTL_MS && id ? id.opts : await this.apply();
+    return this.send<T>(base, method, path, query, body, o);
+  }
+
+  /** Applies the KubeConfig's identity once for every request waiting on it. */
+  private apply(): Promise<https.RequestOptions> {
+    this.applying ??= (async () => {
+      try {
+        const opts: https.RequestOptions = { headers: {} };
+        await this.kc.applyToHTTPSOptions(opts);
+        this.keepAlive(opts);
+        this.identity = { at: this.now(), opts };
+        if (this.tuning.keepIdentityFresh) {
+          clearTimeout(this.refresh);
+          this.refresh = setTimeout(() => void this.apply().catch(() => {}), IDENTITY_TTL_MS / 2).unref();
+        }
+        return opts;
+      } finally {
+        this.applying = undefined;
+      }
+    })();
+    return this.applying;
+  }
+
+  private send<T>(
+    base: https.RequestOptions,
+    method: string,
+    path: string,
+    query: Record<string, string | number | undefined>,
+    body: object | undefined,
+    o: RequestOptions,
+  ): Promise<T> {
+    const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
+    const opts: https.RequestOptions = { ...base, method, headers };
     const url = new URL(this.server.replace(/\/+$/, '') + path);
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
     const text = body === undefined ? undefined : JSON.stringify(body);
-    const headers = opts.headers as http.OutgoingHttpHeaders;
     headers['User-Agent'] = USER_AGENT;
     headers.Accept = o.accept ?? 'application/json';
     if (text !== undefined) {
@@ -148,6 +206,8 @@ class Rest {
           const data = Buffer.concat(chunks).toString('utf8');
           const status = res.statusCode ?? 0;
           if (status < 200 || status > 299) {
+            // Refused credentials: the next request applies them again (an expired exec-plugin token).
+            if (status === 401 && this.identity?.opts === base) this.identity = undefined;
             const h: Record<string, string> = {};
             for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h[k] = Array.isArray(v) ? v.join(', ') : v;
             reject(new KubeApiError(status, data, h, what));
@@ -195,7 +255,11 @@ const JSON_PATCH = 'application/json-patch+json';
  * `context` and `server` act as kubectl's --context and --server: another context of the
  * kubeconfig, and another API server address for its cluster (same credentials and CA).
  */
-export function makeClients(kubeconfig?: string, override: { context?: string; server?: string } = {}): KubeClients {
+export function makeClients(
+  kubeconfig?: string,
+  override: { context?: string; server?: string } = {},
+  tuning: ClientTuning = {},
+): KubeClients {
   const kc = new k8s.KubeConfig();
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else if (!override.context && process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
@@ -206,7 +270,7 @@ export function makeClients(kubeconfig?: string, override: { context?: string; s
   }
   const server = override.server ?? kc.getCurrentCluster()?.server;
   if (!server) throw new Error('the kubeconfig has no current cluster');
-  const rest = new Rest(kc, server);
+  const rest = new Rest(kc, server, tuning);
   const patch = <T>(path: string, body: object, o?: RequestOptions) =>
     rest.request<T>('PATCH', path, {}, body, { ...o, contentType: o?.contentType ?? JSON_PATCH });
   const custom = (p: { group: string; version: string; plural: string }) => `/apis/${enc(p.group)}/${enc(p.version)}/${enc(p.plural)}`;
@@ -227,7 +291,8 @@ export function makeClients(kubeconfig?: string, override: { context?: string; s
         ),
     },
     events: {
-      createNamespacedEvent: (p, o) => rest.request('POST', `/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events`, {}, p.body, o),
+      createNamespacedEvent: (p, o) =>
+        rest.request('POST', `/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events`, { dryRun: p.dryRun }, p.body, o),
       patchNamespacedEvent: (p, o) => patch(`/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events/${enc(p.name)}`, p.body, o),
     },
     custom: {

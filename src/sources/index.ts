@@ -15,7 +15,7 @@ export {
   unescapeKmsg,
 } from './kmsg/parse.ts';
 export type { KmsgRecord, LineKind, LineTime, LogFormat, LogLine } from './kmsg/parse.ts';
-export { KmsgReader } from './kmsg/reader.ts';
+export { KmsgReader, recordsDevice } from './kmsg/reader.ts';
 export type { KmsgCursor, KmsgIo, KmsgReaderOptions } from './kmsg/reader.ts';
 export { DEFAULT_READ_LIMITS, ReadThread } from './kmsg/read-thread.ts';
 export type { KeepPattern, ReadItem, ReadThreadHandlers, ReadThreadLimits } from './kmsg/read-thread.ts';

@@ -4,27 +4,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Finding, FindingSink, HealthySignal } from '../../src/api/index.ts';
 import { KernelLogMonitor, loadNpdConfig } from '../../src/monitors/index.ts';
-import type { KmsgCursor, KmsgIo } from '../../src/sources/index.ts';
+import { recordsDevice as device, type KmsgCursor } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
 const NOW = 1_700_000_000_000;
 const UPTIME_MS = 600_000;
-
-/** A fixed list of raw records, read once each. */
-function device(records: string[]): KmsgIo {
-  let i = 0;
-  return {
-    open: () => {
-      i = 0;
-      return 7;
-    },
-    read: (_fd, buf) => {
-      if (i >= records.length) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
-      return buf.write(records[i++]);
-    },
-    close: () => {},
-  };
-}
 
 function sink() {
   const findings: Finding[] = [];

@@ -344,7 +344,7 @@ test('a new failing entity on a condition already False: its Event goes first, t
   await sink.close();
 });
 
-test("warm() runs a fault's events through a throwaway recorder: nothing is sent, the sink's metrics stay as they were, and a real fault after it is told", async () => {
+test("warm() runs a fault's events through a throwaway sink: no Event or condition is sent, the sink's metrics stay as they were, and a real fault after it is told", async () => {
   const calls: Call[] = [];
   const registry = new Registry();
   const sink = new KubernetesSink({
@@ -374,9 +374,16 @@ test("warm() runs a fault's events through a throwaway recorder: nothing is sent
       count: 1,
     },
   };
-  const writes = async () => JSON.stringify((await registry.getSingleMetric('vigil_k8s_event_writes_total')?.get())?.values);
+  const writes = async () =>
+    JSON.stringify(
+      await Promise.all(
+        ['vigil_k8s_event_writes_total', 'vigil_k8s_condition_writes_total'].map(
+          async (m) => (await registry.getSingleMetric(m)?.get())?.values,
+        ),
+      ),
+    );
   const before = await writes();
-  sink.warm([fatal]);
+  sink.warm([{ event: fatal, health: health('False', 'off the bus') }]);
   await advance(60_000);
   assert.equal(calls.length, 0, 'the warm-up sends nothing');
   assert.equal(await writes(), before);

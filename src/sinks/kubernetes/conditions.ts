@@ -10,7 +10,7 @@ import { ApiPacer, STRATEGIC_MERGE, toFailure, type ApiFailure, type KubeClients
 import { explainFailure } from '../../kube/failures.ts';
 
 export interface ConditionWriterOptions {
-  clients: KubeClients;
+  clients: Pick<KubeClients, 'core'>;
   nodeName: string;
   log: Logger;
   registry: Registry;

@@ -129,6 +129,25 @@ const ERROR_BACKOFF_MS = 1000;
  */
 const LOAD_RECORDS = 256;
 
+/**
+ * A device holding `records` (raw /dev/kmsg records, newline-terminated), read once each from
+ * every open, then EAGAIN: the warm-up runs the reader's record path on it, and tests a fixed ring.
+ */
+export function recordsDevice(records: readonly string[]): KmsgIo {
+  let i = 0;
+  return {
+    open: () => {
+      i = 0;
+      return 0;
+    },
+    read: (_fd, buf) => {
+      if (i >= records.length) throw Object.assign(new Error('EAGAIN'), { code: 'EAGAIN' });
+      return buf.write(records[i++]);
+    },
+    close: () => {},
+  };
+}
+
 const realIo: KmsgIo = {
   open: (path) => openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
   read: (fd, buf) => (libcRead() ?? nodeRead)(fd, buf),
