@@ -17,19 +17,22 @@ export interface EscalationRule {
 }
 
 export class Escalator {
-  private readonly compiled: { re: UserRegex; rule: EscalationRule }[];
+  /** `matches`: each reason's answer, remembered: reasons are a bounded set (the catalog and the rules), and RE2 runs interpreted. */
+  private readonly compiled: { re: UserRegex; rule: EscalationRule; matches: Map<string, boolean> }[];
   private readonly counters = new Map<string, SlidingCounter>();
 
   constructor(rules: EscalationRule[]) {
     // RE2, like every pattern from configuration: linear time whatever the pattern.
-    this.compiled = rules.map((rule) => ({ re: UserRegex.compile(`^(?:${rule.match})$`), rule }));
+    this.compiled = rules.map((rule) => ({ re: UserRegex.compile(`^(?:${rule.match})$`), rule, matches: new Map() }));
   }
 
   /** Returns the escalated findings this one triggers (usually none). */
   observe(f: Finding, now: number): Finding[] {
     const out: Finding[] = [];
-    for (const { re, rule } of this.compiled) {
-      if (!re.test(f.reason)) continue;
+    for (const { re, rule, matches } of this.compiled) {
+      let match = matches.get(f.reason);
+      if (match === undefined) matches.set(f.reason, (match = re.test(f.reason)));
+      if (!match) continue;
       const key = `${rule.match}|${f.reason}|${f.entity}`;
       let c = this.counters.get(key);
       if (!c) this.counters.set(key, (c = new SlidingCounter(rule.windowMs, rule.count)));

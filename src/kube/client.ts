@@ -31,9 +31,13 @@ export interface NodeEventRecorder {
   record(reason: string, note: string, type?: 'Warning' | 'Normal'): void;
 }
 
-/** One request's options: its deadline (`signal`), and the Content-Type of a patch or the Accept of a list. */
+/** One request's options: its deadline, and the Content-Type of a patch or the Accept of a list. */
 export interface RequestOptions {
-  signal?: AbortSignal;
+  /**
+   * Destroys the request (RequestTimeoutError) when no answer is complete by then. A plain timer:
+   * an AbortSignal per request cost about 0.1 ms in the interpreter.
+   */
+  timeoutMs?: number;
   contentType?: string;
   accept?: string;
 }
@@ -195,14 +199,19 @@ class Rest {
       headers['Content-Type'] = o.contentType ?? 'application/json';
       headers['Content-Length'] = Buffer.byteLength(text);
     }
-    if (o.signal) opts.signal = o.signal;
     const what = `${method} ${path}`;
     return new Promise<T>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const fail = (err: Error) => {
+        clearTimeout(timer);
+        reject(err);
+      };
       const req = (url.protocol === 'http:' ? http : https).request(url, opts, (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
+        res.on('error', fail);
         res.on('end', () => {
+          clearTimeout(timer);
           const data = Buffer.concat(chunks).toString('utf8');
           const status = res.statusCode ?? 0;
           if (status < 200 || status > 299) {
@@ -220,7 +229,11 @@ class Rest {
           }
         });
       });
-      req.on('error', reject);
+      req.on('error', fail);
+      if (o.timeoutMs !== undefined) {
+        const ms = o.timeoutMs;
+        timer = setTimeout(() => req.destroy(new RequestTimeoutError(`${what} timed out after ${ms} ms`)), ms);
+      }
       req.end(text);
     });
   }
@@ -351,10 +364,11 @@ export async function withDeadline<T>(
   contentType?: string,
 ): Promise<T> {
   try {
-    return await send({ signal: AbortSignal.timeout(ms), ...(contentType ? { contentType } : {}) });
+    return await send({ timeoutMs: ms, ...(contentType ? { contentType } : {}) });
   } catch (err) {
     const name = typeof err === 'object' && err !== null && 'name' in err ? err.name : undefined;
-    if (name === 'AbortError' || name === 'TimeoutError') throw new RequestTimeoutError(`${what} timed out after ${ms} ms`, { cause: err });
+    if (err instanceof RequestTimeoutError || name === 'AbortError' || name === 'TimeoutError')
+      throw new RequestTimeoutError(`${what} timed out after ${ms} ms`, { cause: err });
     throw err;
   }
 }

@@ -1,6 +1,7 @@
 /** The Kubernetes API client: clients from a kubeconfig, request deadlines and pacing, failure accounting. */
 export {
   ApiPacer,
+  IDENTITY_TTL_MS,
   KubeApiError,
   MERGE_PATCH,
   REPORTING_CONTROLLER,
@@ -11,6 +12,6 @@ export {
   toFailure,
   withDeadline,
 } from './client.ts';
-export type { ApiFailure, CoreApi, CustomApi, EventsApi, KubeClients, NodeEventRecorder, RequestOptions } from './client.ts';
+export type { ApiFailure, ClientTuning, CoreApi, CustomApi, EventsApi, KubeClients, NodeEventRecorder, RequestOptions } from './client.ts';
 export { IN_CLUSTER_TOKEN, kubeConfigAvailable, resolveNodeName } from './detect.ts';
 export { explainFailure } from './failures.ts';

@@ -98,10 +98,15 @@ test('with the admission policy, Vigil may change its own Node and is refused on
   await waitFor('refused writes', () => b.metric('vigil_k8s_condition_writes_total', { result: '403' }).then((n) => n >= 2));
   const node = conditionsOf(await cluster.readNode('adm-b'));
   assert.equal(node.has('AcceleratedHardwareReady'), false);
+  // One line each: the status write, and the dry-run Event create at start (its Events about B are refused too).
   const denied = b.lines.filter((l) => l.status === 403);
-  assert.equal(denied.length, 1);
-  assert.match(String(denied[0].msg), /admission policy, not RBAC/);
-  assert.match(String(denied[0].msg), /vigil may only change the status of the node it runs on \(adm-a\), not adm-b/);
+  assert.equal(denied.length, 2, JSON.stringify(denied));
+  const status = denied.find((l) => l.dryRun !== true);
+  const events = denied.find((l) => l.dryRun === true);
+  assert.match(String(status?.msg), /admission policy, not RBAC/);
+  assert.match(String(status?.msg), /vigil may only change the status of the node it runs on \(adm-a\), not adm-b/);
+  assert.match(String(events?.msg), /create events/);
+  assert.match(String(events?.msg), /Events only about the node it runs on \(adm-a\), not Node adm-b/);
   await b.stop();
 });
 

@@ -100,6 +100,9 @@ test('with only the shipped ClusterRole the agent writes conditions, Events and 
   const { log, lines } = captureLog();
   const a = await startAgent(cluster.vigilKubeconfig, node, log);
   await waitFor('initial conditions', async () => conditionsOf(await cluster.readNode(node)).get('KernelReady')?.status === 'True');
+  // The dry-run Event create at start goes through (the shipped role allows it) and stores nothing.
+  await waitFor('the preflight', async () => (await a.metric('vigil_k8s_event_writes_total', { op: 'preflight', result: 'ok' })) === 1);
+  assert.deepEqual(await eventsFor(cluster, node), [], 'a dry run stores no Event');
 
   a.out().finding(finding('NvidiaXID79Error', 'gpu:0', 'GPU has fallen off the bus'));
   for (let i = 0; i < 3; i++) a.out().finding(finding('SoftLockup', '', 'CPU#1 stuck for 22s'));
@@ -168,5 +171,27 @@ test('without `patch nodes/status` detection continues and the 403 is logged onc
   assert.equal(denied.length, 1, `exactly one 403 line: ${JSON.stringify(denied)}`);
   assert.match(String(denied[0].msg), /patch nodes\/status/);
   assert.match(String(denied[0].msg), /deploy\/rbac\.yaml/);
+  await a.stop();
+});
+
+test('without `create events` the agent says so at start, before any fault, naming the permission', async () => {
+  const node = 'rbac-no-events';
+  await cluster.createNode(node);
+  const rules = shippedClusterRoleRules()
+    .map((r) => ({ ...r, verbs: r.resources?.includes('events') ? r.verbs?.filter((v) => v !== 'create') : r.verbs }))
+    .filter((r) => r.verbs?.length);
+  assert.ok(!rules.some((r) => r.resources!.includes('events') && r.verbs.includes('create')));
+  const kubeconfig = await cluster.serviceAccountKubeconfig('vigil-no-events', rules);
+  const { log, lines } = captureLog();
+  const a = await startAgent(kubeconfig, node, log);
+  await waitFor(
+    'the refused preflight',
+    async () => (await a.metric('vigil_k8s_event_writes_total', { op: 'preflight', result: '403' })) === 1,
+  );
+  const denied = lines.filter((l) => l.status === 403);
+  assert.equal(denied.length, 1, `one 403 line: ${JSON.stringify(denied)}`);
+  assert.equal(denied[0].dryRun, true);
+  assert.match(String(denied[0].msg), /create events/);
+  assert.equal(await a.metric('vigil_findings_total'), 0, 'said before any fault');
   await a.stop();
 });
