@@ -154,10 +154,10 @@ class Rest {
   ): Promise<T> {
     const id = this.identity;
     const age = id ? this.now() - id.at : Infinity;
-    // Within the TTL the request is built in this turn, with no await before it.
+    if (!id || age >= IDENTITY_TTL_MS) return this.send<T>(await this.apply(), method, path, query, body, o);
+    // Within the TTL the request is built in this turn, with no await before it; past half of it the identity is applied again beside.
     if (age >= IDENTITY_TTL_MS / 2) void this.apply().catch(() => {});
-    const base = age < IDENTITY_TTL_MS && id ? id.opts : await this.apply();
-    return this.send<T>(base, method, path, query, body, o);
+    return this.send<T>(id.opts, method, path, query, body, o);
   }
 
   /** Applies the KubeConfig's identity once for every request waiting on it. */

@@ -21,15 +21,7 @@ import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { EngineEvent } from '../../api/types.ts';
 import * as k8s from '@kubernetes/client-node';
-import {
-  ApiPacer,
-  REPORTING_CONTROLLER,
-  STRATEGIC_MERGE,
-  toFailure,
-  type ApiFailure,
-  type KubeClients,
-  type NodeEventRecorder,
-} from '../../kube/client.ts';
+import { ApiPacer, REPORTING_CONTROLLER, STRATEGIC_MERGE, toFailure, type KubeClients, type NodeEventRecorder } from '../../kube/client.ts';
 import { explainFailure } from '../../kube/failures.ts';
 
 export interface EventRecorderOptions {
@@ -456,23 +448,20 @@ export class EventRecorder implements NodeEventRecorder {
    * fault; and the create's path through the HTTP client (a request with a body on a kept-alive
    * connection) is compiled before a fault's Event takes it (about 0.3 ms of a fresh agent's first).
    */
-  async preflight(): Promise<ApiFailure | undefined> {
+  async preflight(): Promise<void> {
     const body = this.body(`${this.o.nodeName}.vigil-preflight`, this.now(), 'Normal', 'VigilPreflight', 'dry run: never stored');
     try {
       await this.pacer.request('POST event (dry run)', (opts) =>
         this.o.clients.events.createNamespacedEvent({ namespace: this.o.namespace, body, dryRun: 'All' }, opts),
       );
       this.m.sent.inc({ op: 'preflight', result: 'ok' });
-      return undefined;
     } catch (err) {
       const f = toFailure(err);
       this.m.sent.inc({ op: 'preflight', result: String(f.status) });
-      const log = f.status === 401 || f.status === 403 ? this.o.log.error.bind(this.o.log) : this.o.log.debug.bind(this.o.log);
-      log(
+      this.o.log[f.status === 401 || f.status === 403 ? 'error' : 'debug'](
         { event: 'kubernetes', op: 'create events', status: f.status, node: this.o.nodeName, dryRun: true },
         explainFailure('create events', this.o.nodeName, f),
       );
-      return f;
     }
   }
 

@@ -190,14 +190,14 @@ function fatalProblemsChanged(event: EngineEvent): string | undefined {
 
 /** The warm-up's client: answers every write at once and sends nothing (the body is still serialized, as a request's is). */
 const SENDS_NOTHING: Pick<KubeClients, 'core' | 'events'> = {
-  core: {
-    readNode: () => Promise.reject(new Error('the warm-up sends nothing')),
-    patchNode: () => Promise.reject(new Error('the warm-up sends nothing')),
-    patchNodeStatus: (p) => Promise.resolve(JSON.parse(JSON.stringify(p.body)) as k8s.V1Node),
-    listNode: () => Promise.reject(new Error('the warm-up sends nothing')),
-  },
-  events: {
-    createNamespacedEvent: (p) => Promise.resolve(JSON.parse(JSON.stringify(p.body)) as k8s.EventsV1Event),
-    patchNamespacedEvent: () => Promise.reject(new Error('the warm-up sends nothing')),
-  },
+  core: { readNode: refuse, patchNode: refuse, patchNodeStatus: (p) => echo<k8s.V1Node>(p.body), listNode: refuse },
+  events: { createNamespacedEvent: (p) => echo<k8s.EventsV1Event>(p.body), patchNamespacedEvent: refuse },
 };
+
+function refuse(): Promise<never> {
+  return Promise.reject(new Error('the warm-up sends nothing'));
+}
+
+function echo<T>(body: object): Promise<T> {
+  return Promise.resolve(JSON.parse(JSON.stringify(body)) as T);
+}
