@@ -256,7 +256,7 @@ test('every new failing entity changes the condition written, even once the engi
   await w.stop();
 });
 
-test('a new failing entity on a condition already False: its Event goes first, the message patch once it is through (at most 100 ms later)', async () => {
+test('a new failing entity: its Event goes first, the condition patch (status or message) once it is through, at most 100 ms later', async () => {
   const calls: Call[] = [];
   const clients = fakeClients(calls, clock) as unknown as {
     core: Record<string, unknown>;
@@ -310,12 +310,17 @@ test('a new failing entity on a condition already False: its Event goes first, t
       entities.map((e) => problem('NvidiaXID79Error', e)),
     );
 
-  // The first failing GPU turns the condition False: that patch goes out at once, Event or not.
+  // The first failing GPU turns the condition False: its Event goes first, the status patch once it is through.
   current = failing('gpu:a');
   sink.handle(fatal('gpu:a'), current);
-  await advance(0);
-  assert.equal(patches().length, 1);
+  await advance(50);
+  assert.equal(calls.at(-1)?.op, 'createEvent');
+  assert.equal(patches().length, 0, 'no status patch while the Event is in flight');
   held.splice(0).forEach((release) => release());
+  await advance(0);
+  await advance(1);
+  assert.equal(patches().length, 1, 'the status patch follows the Event at once');
+  assert.match(JSON.stringify(patches()[0].body), /"status":"False"/);
   await advance(1_000);
 
   // A second GPU: only the message changes. Its Event is sent; the patch waits for it.

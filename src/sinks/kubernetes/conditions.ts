@@ -232,7 +232,7 @@ export class ConditionWriter {
   }
 
   /** Whether writing these conditions would change a status the Node shows (not only a message). */
-  changesStatus(conditions: readonly ConditionState[]): boolean {
+  private changesStatus(conditions: readonly ConditionState[]): boolean {
     return conditions.some((c) => c.status !== (this.shown.get(c.name)?.status ?? c.status));
   }
 
