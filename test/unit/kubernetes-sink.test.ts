@@ -289,6 +289,8 @@ test('a new failing entity: its Event goes first, the condition patch (status or
   // Start-up writes what the Node should show first; count from there.
   const base = calls.filter((c) => c.op === 'patchNode').length;
   const patches = () => calls.filter((c) => c.op === 'patchNode').slice(base);
+  const createsBefore = calls.filter((c) => c.op === 'createEvent').length; // the dry-run preflight
+  held.splice(0).forEach((release) => release());
   const fatal = (entity: string): EngineEvent => ({
     kind: 'finding',
     finding: {
@@ -310,17 +312,24 @@ test('a new failing entity: its Event goes first, the condition patch (status or
       entities.map((e) => problem('NvidiaXID79Error', e)),
     );
 
-  // The first failing GPU turns the condition False: its Event goes first, the status patch once it is through.
-  current = failing('gpu:a');
+  // The first failing GPU: the engine tells the finding, then the condition's change to False (as
+  // it does). The finding's Event goes first; the status patch once that Event is through.
   sink.handle(fatal('gpu:a'), current);
+  current = failing('gpu:a');
+  sink.handle({ kind: 'condition', condition: current.conditions[0], previous: 'True' }, current);
   await advance(50);
-  assert.equal(calls.at(-1)?.op, 'createEvent');
+  assert.equal(
+    calls.filter((c) => c.op === 'createEvent').length - createsBefore,
+    1,
+    "the finding's Event, the transition's queued behind it",
+  );
   assert.equal(patches().length, 0, 'no status patch while the Event is in flight');
   held.splice(0).forEach((release) => release());
   await advance(0);
   await advance(1);
   assert.equal(patches().length, 1, 'the status patch follows the Event at once');
   assert.match(JSON.stringify(patches()[0].body), /"status":"False"/);
+  held.splice(0).forEach((release) => release());
   await advance(1_000);
 
   // A second GPU: only the message changes. Its Event is sent; the patch waits for it.

@@ -62,6 +62,8 @@ export class KubernetesSink implements Sink {
   private started = false;
   /** The engine's view as last received, for a write that waits for an Event first. */
   private latest: NodeHealth | undefined;
+  /** While a condition write waits for an Event: the condition types whose Fatal problems changed meanwhile. */
+  private held: Set<string | undefined> | undefined;
   private nodeUid: string | undefined;
 
   constructor(private readonly o: KubernetesSinkOptions) {
@@ -127,17 +129,24 @@ export class KubernetesSink implements Sink {
     this.events.handle(event);
     if (!this.started || event.kind === 'repeat') return;
     const problemsOf = fatalProblemsChanged(event);
+    if (this.held) {
+      this.held.add(problemsOf);
+      return;
+    }
     const sending = this.events.sending;
     if (EVENT_FIRST_MAX_MS > 0 && event.kind === 'finding' && problemsOf !== undefined && sending) {
-      // A new failing entity: patch the Node once the Event just posted (this fault's first sign) is
-      // through, so the two writes do not queue behind each other at the API server and etcd (a
-      // concurrent PATCH of the whole Node delayed the Event 0.8 ms at p50 on etcd, more at p95).
-      // This holds a status change too, by one Event round trip (about 4 ms; at most the bound):
-      // repair engines wait minutes on a condition, the first sign is what a person sees.
+      // A new failing entity: the Node is patched once the Event just posted (this fault's first
+      // sign) is through, so the two writes do not queue behind each other at the API server and
+      // etcd (a concurrent PATCH of the whole Node delayed the Event 0.8 ms at p50 on etcd, more at
+      // p95). Every condition write meanwhile waits with it, the status change that follows the
+      // finding (the engine's next event) included: one Event round trip, about 4 ms, at most the
+      // bound. Repair engines wait minutes on a condition; the first sign is what a person sees.
+      const held = (this.held = new Set([problemsOf]));
       let bound: NodeJS.Timeout | undefined;
       void Promise.race([sending, new Promise((r) => (bound = setTimeout(r, EVENT_FIRST_MAX_MS)))]).then(() => {
         clearTimeout(bound);
-        if (this.latest) this.conditions.update(this.latest, problemsOf);
+        this.held = undefined;
+        if (this.latest) for (const p of held) this.conditions.update(this.latest, p);
       });
       return;
     }
