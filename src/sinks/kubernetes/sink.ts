@@ -141,16 +141,22 @@ export class KubernetesSink implements Sink {
       // p95). Every condition write meanwhile waits with it, the status change that follows the
       // finding (the engine's next event) included: one Event round trip, about 4 ms, at most the
       // bound. Repair engines wait minutes on a condition; the first sign is what a person sees.
-      const held = (this.held = new Set([problemsOf]));
+      this.held = new Set([problemsOf]);
       let bound: NodeJS.Timeout | undefined;
       void Promise.race([sending, new Promise((r) => (bound = setTimeout(r, EVENT_FIRST_MAX_MS)))]).then(() => {
         clearTimeout(bound);
-        this.held = undefined;
-        if (this.latest) for (const p of held) this.conditions.update(this.latest, p);
+        this.release();
       });
       return;
     }
     this.conditions.update(health, problemsOf);
+  }
+
+  /** Hands the condition writes held for an Event to the writer. */
+  private release(): void {
+    const held = this.held;
+    this.held = undefined;
+    if (held && this.latest) for (const p of held) this.conditions.update(this.latest, p);
   }
 
   /**
@@ -181,6 +187,7 @@ export class KubernetesSink implements Sink {
 
   async close(): Promise<void> {
     const final = this.o.finalWriteMs ?? 2000;
+    this.release(); // a change seen just before shutdown is still written
     await Promise.all([this.conditions.stop(this.started ? final : 0), this.events.stop(final)]);
   }
 }
