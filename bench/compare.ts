@@ -4,8 +4,9 @@
  * one real kube-apiserver (test/helpers/cluster.ts) on loopback. Each agent has its own Node and its
  * own identity. Writes bench/results/compare.json and docs/benchmarks.md.
  *
- * Method (every time is Date.now() in this process: the writer stamps the write, the watch stamps
- * the delivery, so both include the watch's own delivery delay equally):
+ * Method (every time is benchNow() in this process, ms with a fraction: the writer stamps the write,
+ * the watch stamps the delivery, so both include the watch's own delivery delay equally; the storm's
+ * writers, other processes, stamp with Date.now()):
  *
  * - Signals. One watch on the Nodes and one on core/v1 Events of `default` (bench/peers/observer.ts).
  *   A fault's "API-visible sign" is the first of: an Event on the agent's Node whose message names the
@@ -79,7 +80,7 @@ import { buildDist } from './dist.ts';
 import { cpuSeconds } from './idle.ts';
 import { burstVisibility, streamVisibility, STREAM_FAULTS, BURST_FAULTS } from './fatal-visibility.ts';
 import { mergeCompare } from './compare-merge.ts';
-import { ApiObserver, names, type Sign } from './peers/observer.ts';
+import { ApiObserver, benchNow, names, type Sign } from './peers/observer.ts';
 import { buildNpd, NPD_VERSION, NPD_XID_CONDITION, startNpd, writeNpdConfigs, type NpdProcess } from './peers/npd.ts';
 import { metricSum, startVigilAgent, VIGIL_XID_CONDITION } from './peers/vigil.ts';
 import { execOut, throughputPass } from './throughput.ts';
@@ -107,6 +108,15 @@ const FIRST_TIMEOUT_MS = 30_000;
 const BACKEND = clusterStorage('etcd');
 const OUT = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
 const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,stream,burst,storm,throughput,idle').split(','));
+/**
+ * Where Vigil's state file goes: a filesystem apart from etcd's data, as on a cluster, where etcd
+ * runs on control-plane nodes. On one ext4 filesystem the state file's fsync at a condition's
+ * change and etcd's WAL fsync share the journal, and the fsync lands while etcd commits the
+ * fault's Event (docs/benchmarks.md has the A/B). Default /dev/shm (tmpfs: the fsync itself then
+ * costs nothing, which leans Vigil's way for the condition figure, by the fsync measured there);
+ * BENCH_STATE_ROOT=<dir> puts it elsewhere, e.g. beside etcd's data under /tmp.
+ */
+const STATE_ROOT = process.env.BENCH_STATE_ROOT ?? (existsSync('/dev/shm') ? '/dev/shm' : undefined);
 /** Some phases only: their keys are merged into the existing compare.json. */
 const PARTIAL = process.env.BENCH_COMPARE_PHASES !== undefined;
 
@@ -151,6 +161,8 @@ interface Ctx {
   npdBin: string;
   npdKubeconfig: string;
   dir: string;
+  /** Vigil's state directories: on a filesystem apart from etcd's data (see STATE_ROOT). */
+  stateRoot: string;
   run: number;
   ports: { next: number };
   npdKmsgStartFailures: number;
@@ -186,6 +198,7 @@ async function startPair(c: Ctx, tag: string): Promise<Pair> {
   try {
     vigil = await startVigilAgent({
       dir: c.dir,
+      stateRoot: c.stateRoot,
       name: `${tag}-r${c.run}`,
       kubeconfig: c.cluster.vigilKubeconfig,
       nodeName: vNode,
@@ -261,7 +274,7 @@ async function latencyPhase(
       for (let f = 0; f < FAULTS_PER_EPISODE; f++) {
         await sleep(300 + rand() * 600);
         const pci = uniquePci();
-        const at = Date.now();
+        const at = benchNow();
         writeKmsg(xid79(pci, 1000 + f), 4);
         faults.push({ pci, at });
       }
@@ -316,7 +329,7 @@ async function distinctPhase(c: Ctx): Promise<Record<Agent, { visible: number; l
     const faults: { pci: string; at: number }[] = [];
     for (let i = 0; i < DISTINCT; i++) {
       const pci = uniquePci();
-      const at = Date.now();
+      const at = benchNow();
       writeKmsg(xid79(pci, 2000 + i), 4);
       faults.push({ pci, at });
       await sleep(DISTINCT_GAP_MS);
@@ -415,7 +428,7 @@ async function stormPhase(c: Ctx): Promise<StormResult> {
     // Health probe: a new GPU's Xid after the storm must still reach the API.
     await sleep(Math.max(0, stormEnd + 2000 - Date.now()));
     const probe = uniquePci();
-    const probeAt = Date.now();
+    const probeAt = benchNow();
     writeKmsg(xid79(probe, 4343), 4);
     const healthy: Record<Agent, boolean> = { vigil: false, npd: false };
     await Promise.all(
@@ -477,6 +490,7 @@ async function startIdle(c: Ctx): Promise<IdlePair> {
   writeFileSync(empty, '');
   const vigil = await startVigilAgent({
     dir: c.dir,
+    stateRoot: c.stateRoot,
     name: `idle-r${c.run}`,
     kubeconfig: vKube,
     nodeName: vNode,
@@ -528,6 +542,7 @@ function auditCounts(file: string, users: string[], from: number, to: number): R
 
 async function oneRun(run: number, npdBin: string): Promise<RunResult> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-compare-'));
+  const stateRoot = mkdtempSync(path.join(STATE_ROOT ?? dir, 'vigil-compare-state-'));
   const audit = path.join(dir, 'audit.log');
   const policy = path.join(dir, 'audit-policy.yaml');
   writeFileSync(policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n');
@@ -550,6 +565,7 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
       npdBin,
       npdKubeconfig,
       dir,
+      stateRoot,
       run,
       ports: { next: 21000 + run * 100 + Math.floor(Math.random() * 50) },
       npdKmsgStartFailures: 0,
@@ -584,6 +600,8 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
           missed_within_10s: l.missed,
           later_first_sign_kinds: l.signKinds,
           first_fault_excluded: l.excluded,
+          // Each episode's first signal, in order, to the 0.1 ms (what the percentiles are taken of).
+          first_signal_ms: { vigil: l.firstSign.vigil.map((x) => round(x)), npd: l.firstSign.npd.map((x) => round(x)) },
           npd_errors_when_first_missed: l.npdMissLog,
         };
       }
@@ -680,6 +698,7 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
     obs.close();
     await cluster.stop();
     rmSync(dir, { recursive: true, force: true });
+    rmSync(stateRoot, { recursive: true, force: true });
   }
   return { figures, notes };
 }

@@ -16,7 +16,7 @@
  */
 import { uniquePci, writeKmsg } from '../test/helpers/agent-process.ts';
 import { percentile } from '../test/helpers/kmsg-burst.ts';
-import { names, type ApiObserver } from './peers/observer.ts';
+import { benchNow, names, type ApiObserver } from './peers/observer.ts';
 
 type Agent = 'vigil' | 'npd';
 
@@ -55,7 +55,7 @@ async function visibility(
   let planned = t0;
   for (let i = 0; i < faults; i++) {
     const pci = uniquePci();
-    const at = Date.now();
+    const at = benchNow();
     writeKmsg(line(pci, i), 4);
     written.push({ pci, at });
     if (i === faults - 1) break;

@@ -3,9 +3,15 @@
  * Events of the `default` namespace (Vigil writes events.k8s.io/v1 Events, NPD core/v1 ones; both
  * are the same objects, and the core/v1 watch sees both). Every Event added or modified, and every
  * change of a Node condition's (status, reason, message), is kept with the time the watch delivered
- * it (Date.now(), the clock the fault writers use).
+ * it (benchNow(), the clock the fault writers use).
  */
 import * as k8s from '@kubernetes/client-node';
+
+/**
+ * Milliseconds since the epoch with a fraction (the monotonic clock from the process's start): the
+ * writers stamp faults and the watches their delivery with it, so a figure is not rounded to Date.now()'s ms.
+ */
+export const benchNow = (): number => performance.timeOrigin + performance.now();
 
 export interface Sign {
   at: number;
@@ -34,7 +40,7 @@ export class ApiObserver {
         if (type !== 'ADDED' && type !== 'MODIFIED') return;
         if (obj.involvedObject?.kind !== 'Node') return;
         this.push({
-          at: Date.now(),
+          at: benchNow(),
           kind: 'event',
           node: obj.involvedObject.name ?? '',
           what: obj.reason ?? '',
@@ -63,7 +69,7 @@ export class ApiObserver {
       const val = `${c.status}|${c.reason}|${c.message}`;
       if (this.conds.get(key) === val) continue;
       this.conds.set(key, val);
-      this.push({ at: Date.now(), kind: 'condition', node: name, what: c.type, status: c.status, text: c.message ?? '' });
+      this.push({ at: benchNow(), kind: 'condition', node: name, what: c.type, status: c.status, text: c.message ?? '' });
     }
   }
 
