@@ -108,15 +108,6 @@ const FIRST_TIMEOUT_MS = 30_000;
 const BACKEND = clusterStorage('etcd');
 const OUT = process.env.BENCH_COMPARE_OUT ?? path.join(ROOT, 'bench/results/compare.json');
 const PHASES = new Set((process.env.BENCH_COMPARE_PHASES ?? 'latency,distinct,stream,burst,storm,throughput,idle').split(','));
-/**
- * Where Vigil's state file goes: a filesystem apart from etcd's data, as on a cluster, where etcd
- * runs on control-plane nodes. On one ext4 filesystem the state file's fsync at a condition's
- * change and etcd's WAL fsync share the journal, and the fsync lands while etcd commits the
- * fault's Event (docs/benchmarks.md has the A/B). Default /dev/shm (tmpfs: the fsync itself then
- * costs nothing, which leans Vigil's way for the condition figure, by the fsync measured there);
- * BENCH_STATE_ROOT=<dir> puts it elsewhere, e.g. beside etcd's data under /tmp.
- */
-const STATE_ROOT = process.env.BENCH_STATE_ROOT ?? (existsSync('/dev/shm') ? '/dev/shm' : undefined);
 /** Some phases only: their keys are merged into the existing compare.json. */
 const PARTIAL = process.env.BENCH_COMPARE_PHASES !== undefined;
 
@@ -161,8 +152,6 @@ interface Ctx {
   npdBin: string;
   npdKubeconfig: string;
   dir: string;
-  /** Vigil's state directories: on a filesystem apart from etcd's data (see STATE_ROOT). */
-  stateRoot: string;
   run: number;
   ports: { next: number };
   npdKmsgStartFailures: number;
@@ -198,7 +187,6 @@ async function startPair(c: Ctx, tag: string): Promise<Pair> {
   try {
     vigil = await startVigilAgent({
       dir: c.dir,
-      stateRoot: c.stateRoot,
       name: `${tag}-r${c.run}`,
       kubeconfig: c.cluster.vigilKubeconfig,
       nodeName: vNode,
@@ -490,7 +478,6 @@ async function startIdle(c: Ctx): Promise<IdlePair> {
   writeFileSync(empty, '');
   const vigil = await startVigilAgent({
     dir: c.dir,
-    stateRoot: c.stateRoot,
     name: `idle-r${c.run}`,
     kubeconfig: vKube,
     nodeName: vNode,
@@ -542,7 +529,6 @@ function auditCounts(file: string, users: string[], from: number, to: number): R
 
 async function oneRun(run: number, npdBin: string): Promise<RunResult> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-compare-'));
-  const stateRoot = mkdtempSync(path.join(STATE_ROOT ?? dir, 'vigil-compare-state-'));
   const audit = path.join(dir, 'audit.log');
   const policy = path.join(dir, 'audit-policy.yaml');
   writeFileSync(policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n');
@@ -565,7 +551,6 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
       npdBin,
       npdKubeconfig,
       dir,
-      stateRoot,
       run,
       ports: { next: 21000 + run * 100 + Math.floor(Math.random() * 50) },
       npdKmsgStartFailures: 0,
@@ -698,7 +683,6 @@ async function oneRun(run: number, npdBin: string): Promise<RunResult> {
     obs.close();
     await cluster.stop();
     rmSync(dir, { recursive: true, force: true });
-    rmSync(stateRoot, { recursive: true, force: true });
   }
   return { figures, notes };
 }

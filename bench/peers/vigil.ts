@@ -14,8 +14,6 @@ export interface VigilRunOptions {
   name: string;
   kubeconfig: string;
   nodeName: string;
-  /** Where its state directory goes (default `dir`). */
-  stateRoot?: string;
   /** 'live': reads /dev/kmsg from now on (lookback 0), host checks and NVML off, as the Kubernetes tests run it.
    *  'idle': every default monitor, the kernel log read from `kernelLogPath` (a FIFO nobody writes). */
   mode: { kind: 'live' } | { kind: 'idle'; kernelLogPath: string };
@@ -28,7 +26,7 @@ export async function startVigilAgent(o: VigilRunOptions): Promise<AgentProcess>
       ? kernelLogOnlyConfig(['kubernetes:', '  mode: "on"'])
       : ['kernelLog:', `  path: ${o.mode.kernelLogPath}`, 'kubernetes:', '  mode: "on"', ''].join('\n');
   writeFileSync(config, text);
-  return startAgent(kubeAgentArgs(o.kubeconfig, o.nodeName, path.join(o.stateRoot ?? o.dir, `${o.name}-state`), config));
+  return startAgent(kubeAgentArgs(o.kubeconfig, o.nodeName, path.join(o.dir, `${o.name}-state`), config));
 }
 
 /** Sum of every sample of the named metric in a Prometheus text exposition. */
