@@ -297,7 +297,7 @@ async function latencyPhase(
         }
       }
       log(
-        `latency episode ${e + 1}/${EPISODES}: first vigil ${first.vigil.at(-1)} ms, npd ${first.npd.at(-1)} ms; later p50 vigil ${percentile(later.vigil, 50)}, npd ${percentile(later.npd, 50)}`,
+        `latency episode ${e + 1}/${EPISODES}: first vigil ${round(first.vigil.at(-1) ?? null)} ms, npd ${round(first.npd.at(-1) ?? null)} ms; later p50 vigil ${round(percentile(later.vigil, 50))}, npd ${round(percentile(later.npd, 50))}`,
       );
     } finally {
       await pair.stop();
