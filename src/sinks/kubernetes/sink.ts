@@ -62,8 +62,8 @@ export class KubernetesSink implements Sink {
   private started = false;
   /** The engine's view as last received, for a write that waits for an Event first. */
   private latest: NodeHealth | undefined;
-  /** While a condition write waits for an Event: the condition types whose Fatal problems changed meanwhile. */
-  private held: Set<string | undefined> | undefined;
+  /** While condition writes wait for an Event: the condition types whose Fatal problems changed meanwhile. */
+  private held: Set<string> | undefined;
   private nodeUid: string | undefined;
 
   constructor(private readonly o: KubernetesSinkOptions) {
@@ -130,7 +130,8 @@ export class KubernetesSink implements Sink {
     if (!this.started || event.kind === 'repeat') return;
     const problemsOf = fatalProblemsChanged(event);
     if (this.held) {
-      this.held.add(problemsOf);
+      // Written from the latest view on release; only a type whose problems changed needs naming.
+      if (problemsOf !== undefined) this.held.add(problemsOf);
       return;
     }
     const sending = this.events.sending;
