@@ -38,8 +38,9 @@ export function buildKubernetes(
 ): KubernetesParts {
   const { nodeName, log, registry } = o;
   const k = config.kubernetes;
-  // The agent's identity is kept applied: a fault's Event is built in the turn that found it.
-  const clients = o.clients ?? makeClients(k.kubeconfig, {}, { keepIdentityFresh: true });
+  // The agent's identity is kept applied (a fault's Event is built in the turn that found it), and
+  // an Event create kept ready on its own connection (it is written in that turn, too).
+  const clients = o.clients ?? makeClients(k.kubeconfig, {}, { keepIdentityFresh: true, readyEventCreate: true });
   const sink = new KubernetesSink({
     clients,
     nodeName,

@@ -118,8 +118,32 @@ export const IDENTITY_TTL_MS = 60_000;
 export interface ClientTuning {
   /** Re-apply the identity in the background every IDENTITY_TTL_MS / 2, so a request after a long quiet finds it ready (the agent). */
   keepIdentityFresh?: boolean;
+  /**
+   * Keep one Event create ready (the agent): its request prepared on a kept-alive connection of its
+   * own, so a fault's Event is written in the turn that found it. See ReadyRequest.
+   */
+  readyEventCreate?: boolean;
   /** Test seam (default performance.now). */
   now?: () => number;
+}
+
+/**
+ * A request made ahead of need, for the one write whose latency matters most: a newly failing
+ * part's Event. Node's ClientRequest takes its socket on the next tick, so a request made in a
+ * turn is written only after everything else that turn does (the engine's condition work, the
+ * other sinks, the reader's re-arm: 0.5-1 ms in the interpreter on a fresh agent's first fault,
+ * before the 0.4 ms of building it). This one was built (headers, socket) while the agent was
+ * idle; nothing of it is sent until send() sets its length and writes the body, in that turn.
+ * It holds a kept-alive connection of its own, so the agent has a second one to the API server
+ * while it is ready. It is made after an Event create finishes (the start's dry-run preflight
+ * too), with the identity of that moment, and dropped when the server closes its idle connection
+ * (90 s for kube-apiserver) or the identity changes; the next create then goes the usual way, and
+ * a new one is made after it.
+ */
+interface ReadyRequest {
+  req: http.ClientRequest;
+  path: string;
+  base: https.RequestOptions;
 }
 
 /**
@@ -131,10 +155,13 @@ export interface ClientTuning {
  * they are.
  */
 class Rest {
-  private pooled: { key: string; agent: https.Agent } | undefined;
+  private pooled: { key: string; agent: https.Agent; ready: https.Agent } | undefined;
   private identity: { at: number; opts: https.RequestOptions } | undefined;
   private applying: Promise<https.RequestOptions> | undefined;
   private refresh: NodeJS.Timeout | undefined;
+  private ready: ReadyRequest | undefined;
+  /** Plain-HTTP API servers (tests): the ready request's agent. */
+  private plainReady: http.Agent | undefined;
   private readonly now: () => number;
 
   constructor(
@@ -151,13 +178,68 @@ class Rest {
     query: Record<string, string | number | undefined>,
     body: object | undefined,
     o: RequestOptions = {},
+    keepReady = false,
   ): Promise<T> {
     const id = this.identity;
     const age = id ? this.now() - id.at : Infinity;
-    if (!id || age >= IDENTITY_TTL_MS) return this.send<T>(await this.apply(), method, path, query, body, o);
+    if (!id || age >= IDENTITY_TTL_MS) return this.send<T>(await this.apply(), method, path, query, body, o, keepReady);
     // Within the TTL the request is built in this turn, with no await before it; past half of it the identity is applied again beside.
     if (age >= IDENTITY_TTL_MS / 2) void this.apply().catch(() => {});
-    return this.send<T>(id.opts, method, path, query, body, o);
+    return this.send<T>(id.opts, method, path, query, body, o, keepReady);
+  }
+
+  /** The ready request, when it is one for this call; it is then no longer ready. */
+  private takeReady(
+    base: https.RequestOptions,
+    method: string,
+    path: string,
+    query: Record<string, string | number | undefined>,
+    o: RequestOptions,
+  ): ReadyRequest | undefined {
+    const r = this.ready;
+    if (!r || method !== 'POST' || r.path !== path || o.contentType || o.accept || !sameIdentity(r.base, base)) return undefined;
+    for (const v of Object.values(query)) if (v !== undefined && v !== '') return undefined;
+    if (r.req.destroyed) return (this.ready = undefined);
+    this.ready = undefined;
+    return r;
+  }
+
+  /** Makes a POST to `path` ready on a connection of its own (see ReadyRequest), with the current identity. */
+  private prepare(path: string): void {
+    const id = this.identity;
+    if (this.ready || !id || this.now() - id.at >= IDENTITY_TTL_MS) return;
+    const agent = this.readyAgent(id.opts);
+    if (!agent) return;
+    const headers: http.OutgoingHttpHeaders = {
+      ...(id.opts.headers as http.OutgoingHttpHeaders),
+      'User-Agent': USER_AGENT,
+      Accept: 'application/json',
+      'Content-Type': 'application/json',
+    };
+    const url = new URL(this.server.replace(/\/+$/, '') + path);
+    const req = (agent instanceof https.Agent ? https : http).request(url, { ...id.opts, method: 'POST', headers, agent });
+    const r: ReadyRequest = { req, path, base: id.opts };
+    // Until it is used: a closed connection only means it is no longer ready, and it keeps no process alive.
+    req.on('error', () => {
+      if (this.ready === r) this.ready = undefined;
+    });
+    req.on('socket', (socket) => {
+      if (this.ready === r) socket.unref();
+    });
+    this.ready = r;
+  }
+
+  /** The kept-alive agent a ready request goes through: none behind a proxy's agent. */
+  private readyAgent(opts: https.RequestOptions): http.Agent | undefined {
+    if (this.pooled && opts.agent === this.pooled.agent) return this.pooled.ready;
+    if (opts.agent?.constructor === http.Agent) return (this.plainReady ??= new http.Agent({ keepAlive: true }));
+    return undefined;
+  }
+
+  private dropReady(): void {
+    const r = this.ready;
+    this.ready = undefined;
+    r?.req.destroy();
   }
 
   /** Applies the KubeConfig's identity once for every request waiting on it. */
@@ -168,6 +250,7 @@ class Rest {
         await this.kc.applyToHTTPSOptions(opts);
         this.keepAlive(opts);
         this.identity = { at: this.now(), opts };
+        if (this.ready && !sameIdentity(this.ready.base, opts)) this.dropReady();
         if (this.tuning.keepIdentityFresh) {
           clearTimeout(this.refresh);
           this.refresh = setTimeout(() => void this.apply().catch(() => {}), IDENTITY_TTL_MS / 2).unref();
@@ -187,18 +270,10 @@ class Rest {
     query: Record<string, string | number | undefined>,
     body: object | undefined,
     o: RequestOptions,
+    keepReady = false,
   ): Promise<T> {
-    const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
-    const opts: https.RequestOptions = { ...base, method, headers };
-    const url = new URL(this.server.replace(/\/+$/, '') + path);
-    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
+    const ready = keepReady ? this.takeReady(base, method, path, query, o) : undefined;
     const text = body === undefined ? undefined : JSON.stringify(body);
-    headers['User-Agent'] = USER_AGENT;
-    headers.Accept = o.accept ?? 'application/json';
-    if (text !== undefined) {
-      headers['Content-Type'] = o.contentType ?? 'application/json';
-      headers['Content-Length'] = Buffer.byteLength(text);
-    }
     const what = `${method} ${path}`;
     return new Promise<T>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
@@ -206,17 +281,22 @@ class Rest {
         clearTimeout(timer);
         reject(err);
       };
-      const req = (url.protocol === 'http:' ? http : https).request(url, opts, (res) => {
+      const answer = (res: http.IncomingMessage) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('error', fail);
         res.on('end', () => {
           clearTimeout(timer);
+          // The connection goes back to its agent on the next tick: a new ready request takes it after that.
+          if (keepReady) setImmediate(() => this.prepare(path));
           const data = Buffer.concat(chunks).toString('utf8');
           const status = res.statusCode ?? 0;
           if (status < 200 || status > 299) {
             // Refused credentials: the next request applies them again (an expired exec-plugin token).
-            if (status === 401 && this.identity?.opts === base) this.identity = undefined;
+            if (status === 401 && this.identity?.opts === base) {
+              this.identity = undefined;
+              this.dropReady();
+            }
             const h: Record<string, string> = {};
             for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h[k] = Array.isArray(v) ? v.join(', ') : v;
             reject(new KubeApiError(status, data, h, what));
@@ -228,7 +308,25 @@ class Rest {
             reject(new Error(`${what}: the response is not JSON (${errorMessage(err)})`));
           }
         });
-      });
+      };
+      let req: http.ClientRequest;
+      if (ready) {
+        req = ready.req;
+        req.once('response', answer);
+        req.socket?.ref();
+        if (text !== undefined) req.setHeader('Content-Length', Buffer.byteLength(text));
+      } else {
+        const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
+        const url = new URL(this.server.replace(/\/+$/, '') + path);
+        for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
+        headers['User-Agent'] = USER_AGENT;
+        headers.Accept = o.accept ?? 'application/json';
+        if (text !== undefined) {
+          headers['Content-Type'] = o.contentType ?? 'application/json';
+          headers['Content-Length'] = Buffer.byteLength(text);
+        }
+        req = (url.protocol === 'http:' ? http : https).request(url, { ...base, method, headers }, answer);
+      }
       req.on('error', fail);
       if (o.timeoutMs !== undefined) {
         const ms = o.timeoutMs;
@@ -248,10 +346,23 @@ class Rest {
     const key = h.digest('hex');
     if (this.pooled?.key !== key) {
       this.pooled?.agent.destroy();
-      this.pooled = { key, agent: new https.Agent({ ...Object.fromEntries(TLS_KEYS.map((k) => [k, agentOpts[k]])), keepAlive: true }) };
+      this.pooled?.ready.destroy();
+      this.dropReady();
+      const tls = Object.fromEntries(TLS_KEYS.map((k) => [k, agentOpts[k]]));
+      this.pooled = { key, agent: new https.Agent({ ...tls, keepAlive: true }), ready: new https.Agent({ ...tls, keepAlive: true }) };
     }
     opts.agent = this.pooled.agent;
   }
+}
+
+/** Whether requests made with `b` would carry the same credentials as those made with `a`. */
+function sameIdentity(a: https.RequestOptions, b: https.RequestOptions): boolean {
+  if (a === b) return true;
+  if (a.agent !== b.agent) return false;
+  const ha = (a.headers ?? {}) as Record<string, unknown>;
+  const hb = (b.headers ?? {}) as Record<string, unknown>;
+  const keys = Object.keys(ha);
+  return keys.length === Object.keys(hb).length && keys.every((k) => ha[k] === hb[k]);
 }
 
 /** A list's `continue` token is `_continue` in client-node's types (its serializer renames it). */
@@ -305,7 +416,14 @@ export function makeClients(
     },
     events: {
       createNamespacedEvent: (p, o) =>
-        rest.request('POST', `/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events`, { dryRun: p.dryRun }, p.body, o),
+        rest.request(
+          'POST',
+          `/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events`,
+          { dryRun: p.dryRun },
+          p.body,
+          o,
+          tuning.readyEventCreate,
+        ),
       patchNamespacedEvent: (p, o) => patch(`/apis/events.k8s.io/v1/namespaces/${enc(p.namespace)}/events/${enc(p.name)}`, p.body, o),
     },
     custom: {

@@ -11,8 +11,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { stringify } from 'yaml';
 import { IDENTITY_TTL_MS, KubeApiError, makeClients, RequestTimeoutError, withDeadline } from '../../src/kube/index.ts';
+import { tokenFileExecUser, writeKubeconfig } from '../helpers/kubeconfig.ts';
 
 async function serve(t: { after(fn: () => unknown): void }, handler: http.RequestListener) {
   const server = http.createServer(handler);
@@ -24,29 +24,11 @@ async function serve(t: { after(fn: () => unknown): void }, handler: http.Reques
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
-function kubeconfig(t: { after(fn: () => unknown): void }, server: string, user: object): { file: string; dir: string } {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-kc-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const file = path.join(dir, 'kubeconfig');
-  writeFileSync(
-    file,
-    stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'c', cluster: { server, 'insecure-skip-tls-verify': true } }],
-      users: [{ name: 'u', user }],
-      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
-      'current-context': 'x',
-    }),
-  );
-  return { file, dir };
-}
-
 test('a request past its deadline is abandoned as timed out, and its connection closed', async (t) => {
   let closed!: () => void;
   const connectionClosed = new Promise<void>((resolve) => (closed = resolve));
   const server = await serve(t, (req) => req.socket.once('close', closed)); // never answers
-  const c = makeClients(kubeconfig(t, server, { token: 't' }).file);
+  const c = makeClients(writeKubeconfig(t, server, { token: 't' }).file);
   const t0 = Date.now();
   await assert.rejects(
     withDeadline(300, 'GET node', (o) => c.core.readNode({ name: 'n1' }, o)),
@@ -66,16 +48,7 @@ test('the identity is applied once and reused for IDENTITY_TTL_MS, then applied 
   });
   const tokenFile = path.join(mkdtempSync(path.join(os.tmpdir(), 'vigil-tok-')), 'token');
   t.after(() => rmSync(path.dirname(tokenFile), { recursive: true, force: true }));
-  // An exec plugin whose credential is already expired: client-node runs it on every apply.
-  const credential = `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"2000-01-01T00:00:00Z"}}`;
-  const { file } = kubeconfig(t, server, {
-    exec: {
-      apiVersion: 'client.authentication.k8s.io/v1',
-      command: '/bin/sh',
-      args: ['-c', `printf '${credential}' "$(cat ${tokenFile})"`],
-      interactiveMode: 'Never',
-    },
-  });
+  const { file } = writeKubeconfig(t, server, tokenFileExecUser(tokenFile));
   let now = 0;
   const c = makeClients(file, {}, { now: () => now });
   const get = () => c.core.readNode({ name: 'n1' });
