@@ -107,7 +107,9 @@ export class Agent {
     const { conditions, late: lateConditions } = conditionTables(config, declared, managed);
     this.engine = createEngine(config, { bootId, conditions, lateConditions, registry: this.registry, restored: state?.engine });
     this.sinkEntries = deps.sinks?.({ registry: this.registry, restored: state, markDirty: () => this.store.schedule() }) ?? [];
-    this.sinks = [new LogSink(log), ...this.sinkEntries.map((e) => e.sink)];
+    // The Kubernetes sink first: its Event leaves in the turn that found the fault (a ready request), so
+    // what the other sinks do in that turn comes after it, not before.
+    this.sinks = [...this.sinkEntries.map((e) => e.sink), new LogSink(log)];
     const publish = (event: EngineEvent, health: NodeHealth): void => {
       for (const s of this.sinks) {
         try {

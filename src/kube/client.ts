@@ -312,9 +312,11 @@ class Rest {
       let req: http.ClientRequest;
       if (ready) {
         req = ready.req;
-        req.once('response', answer);
         req.socket?.ref();
         if (text !== undefined) req.setHeader('Content-Length', Buffer.byteLength(text));
+        // Written here, in this turn: what only the answer needs is attached after (its events come later).
+        req.end(text);
+        req.once('response', answer);
       } else {
         const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
         const url = new URL(this.server.replace(/\/+$/, '') + path);
@@ -332,7 +334,7 @@ class Rest {
         const ms = o.timeoutMs;
         timer = setTimeout(() => req.destroy(new RequestTimeoutError(`${what} timed out after ${ms} ms`)), ms);
       }
-      req.end(text);
+      if (!ready) req.end(text);
     });
   }
 
