@@ -41,20 +41,45 @@ parentPort.on('message', (m) => {
 });
 `;
 
-async function serve(t: { after(fn: () => unknown): void }): Promise<{ url: string; arrivals: Arrival[]; drop(): void }> {
+interface Served {
+  url: string;
+  arrivals: Arrival[];
+  /** The first `n` arrivals, once the server's thread has told them (its messages may come after the answer). */
+  first(n: number): Promise<Arrival[]>;
+  drop(): void;
+}
+
+async function serve(t: { after(fn: () => unknown): void }): Promise<Served> {
   const worker = new Worker(SERVER, { eval: true });
   const arrivals: Arrival[] = [];
+  const waiting: { n: number; resolve: () => void }[] = [];
   const port = await new Promise<number>((resolve) =>
     worker.on('message', (m: { port?: number; arrival?: Arrival }) => {
       if (m.port) resolve(m.port);
       if (m.arrival) arrivals.push(m.arrival);
+      for (const w of waiting.filter((x) => arrivals.length >= x.n)) {
+        waiting.splice(waiting.indexOf(w), 1);
+        w.resolve();
+      }
     }),
   );
+  const first = async (n: number) => {
+    if (arrivals.length < n) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => waiting.push({ n, resolve })),
+        new Promise<void>(
+          (_, reject) => (timer = setTimeout(() => reject(new Error(`${arrivals.length} of ${n} requests arrived`)), 5_000)),
+        ),
+      ]).finally(() => clearTimeout(timer));
+    }
+    return arrivals.slice(0, n);
+  };
   t.after(async () => {
     worker.postMessage('close');
     await new Promise((resolve) => worker.once('exit', resolve));
   });
-  return { url: `http://127.0.0.1:${port}`, arrivals, drop: () => worker.postMessage('drop') };
+  return { url: `http://127.0.0.1:${port}`, arrivals, first, drop: () => worker.postMessage('drop') };
 }
 
 /** A kubeconfig whose token is read from a file (initially "a") on every apply. */
@@ -89,6 +114,7 @@ test('after an Event create, the next one is on the wire before the turn that ma
   const patchTurnEnded = busy(400);
   await patched;
 
+  await s.first(3);
   const [dry, create] = posts(s.arrivals);
   assert.equal(dry?.url, '/apis/events.k8s.io/v1/namespaces/default/events?dryRun=All');
   assert.equal(create?.url, '/apis/events.k8s.io/v1/namespaces/default/events');
@@ -109,7 +135,7 @@ test('a ready request never carries an old identity: a changed token drops it un
   now = IDENTITY_TTL_MS + 1;
   await c.events.createNamespacedEvent({ namespace: 'default', body: event });
   assert.deepEqual(
-    posts(s.arrivals).map((x) => x.auth),
+    posts(await s.first(2)).map((x) => x.auth),
     ['Bearer a', 'Bearer b'],
   );
 });
@@ -122,13 +148,14 @@ test('a ready request whose connection the server closed is dropped; the next cr
   s.drop();
   await sleep(200);
   await c.events.createNamespacedEvent({ namespace: 'default', body: event });
-  assert.equal(posts(s.arrivals).length, 2);
+  assert.equal(posts(await s.first(2)).length, 2);
   // And it is made ready again after that create: the next one is written in its own turn.
   await sleep(200);
   const created = c.events.createNamespacedEvent({ namespace: 'default', body: event });
   const turnEnded = busy(400);
   await created;
-  const last = posts(s.arrivals).at(-1);
+  const last = posts(await s.first(3)).at(-1);
+  await new Promise((resolve) => setTimeout(resolve, 100));
   assert.equal(posts(s.arrivals).length, 3);
   assert.ok(last && last.at < turnEnded - 200, 'ready again');
 });
