@@ -575,7 +575,9 @@ export async function runSelfHealing(o: {
     const lastTransitionTime = new Date(conditionOf(falseSeen.obj, 'AcceleratedHardwareReady')!.lastTransitionTime!).getTime();
     if (o.duringToleration) agent = await o.duringToleration({ node, agent, conditionFalseAt: falseSeen.at });
     const deleted = await nodeClaimDeleted(w, nodeClaim, tolerationMs + 120_000);
-    const replacement = await replacementFor(w, pool, [nodeClaim], 120_000);
+    // Bringing up the replacement is Karpenter's and KWOK's work, after the repair this checks: under a loaded
+    // 2-core CI machine its registration once took over 120 s, so it gets longer.
+    const replacement = await replacementFor(w, pool, [nodeClaim], 240_000);
     return {
       node,
       nodeClaim,
