@@ -210,14 +210,8 @@ class Rest {
     if (this.ready || !id || this.now() - id.at >= IDENTITY_TTL_MS) return;
     const agent = this.readyAgent(id.opts);
     if (!agent) return;
-    const headers: http.OutgoingHttpHeaders = {
-      ...(id.opts.headers as http.OutgoingHttpHeaders),
-      'User-Agent': USER_AGENT,
-      Accept: 'application/json',
-      'Content-Type': 'application/json',
-    };
-    const url = new URL(this.server.replace(/\/+$/, '') + path);
-    const req = (agent instanceof https.Agent ? https : http).request(url, { ...id.opts, method: 'POST', headers, agent });
+    const headers = requestHeaders(id.opts, {}, true);
+    const req = (agent instanceof https.Agent ? https : http).request(this.url(path), { ...id.opts, method: 'POST', headers, agent });
     const r: ReadyRequest = { req, path, base: id.opts };
     // Until it is used: a closed connection only means it is no longer ready, and it keeps no process alive.
     req.on('error', () => {
@@ -234,6 +228,10 @@ class Rest {
     if (this.pooled && opts.agent === this.pooled.agent) return this.pooled.ready;
     if (opts.agent?.constructor === http.Agent) return (this.plainReady ??= new http.Agent({ keepAlive: true }));
     return undefined;
+  }
+
+  private url(path: string): URL {
+    return new URL(this.server.replace(/\/+$/, '') + path);
   }
 
   private dropReady(): void {
@@ -318,15 +316,10 @@ class Rest {
         req.end(text);
         req.once('response', answer);
       } else {
-        const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
-        const url = new URL(this.server.replace(/\/+$/, '') + path);
+        const headers = requestHeaders(base, o, text !== undefined);
+        if (text !== undefined) headers['Content-Length'] = Buffer.byteLength(text);
+        const url = this.url(path);
         for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
-        headers['User-Agent'] = USER_AGENT;
-        headers.Accept = o.accept ?? 'application/json';
-        if (text !== undefined) {
-          headers['Content-Type'] = o.contentType ?? 'application/json';
-          headers['Content-Length'] = Buffer.byteLength(text);
-        }
         req = (url.protocol === 'http:' ? http : https).request(url, { ...base, method, headers }, answer);
       }
       req.on('error', fail);
@@ -355,6 +348,15 @@ class Rest {
     }
     opts.agent = this.pooled.agent;
   }
+}
+
+/** A request's headers: the identity's, then what says who sends and what is sent and wanted. */
+function requestHeaders(base: https.RequestOptions, o: RequestOptions, withBody: boolean): http.OutgoingHttpHeaders {
+  const headers: http.OutgoingHttpHeaders = { ...(base.headers as http.OutgoingHttpHeaders) };
+  headers['User-Agent'] = USER_AGENT;
+  headers.Accept = o.accept ?? 'application/json';
+  if (withBody) headers['Content-Type'] = o.contentType ?? 'application/json';
+  return headers;
 }
 
 /** Whether requests made with `b` would carry the same credentials as those made with `a`. */
