@@ -398,7 +398,7 @@ export async function benchFleet(): Promise<Record<string, Figure>> {
     await Promise.all(vigils.map((v) => v.started));
     // Every node has written its initial conditions.
     for (let n = 0; ; n++) {
-      const synced = vigils.filter((v) => v.sink.conditions.synced).length;
+      const synced = vigils.filter((v) => v.sink.synced).length;
       if (synced === NODES) break;
       if (n % 60 === 0) log(`${synced} of ${NODES} Vigils written after ${((Date.now() - t1) / 1000).toFixed(0)} s`);
       await sleep(500);

@@ -40,7 +40,7 @@ test('30 s without an API server: the Node ends exactly in the engine state and 
   await v.started;
   await waitFor(
     'initial write',
-    () => v.sink.conditions.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((n) => n === 1),
+    () => v.sink.synced && v.metric('vigil_k8s_condition_writes_total', { result: 'ok' }).then((n) => n === 1),
   );
   const ready0 = conditionsOf(await cluster.readNode(node)).get('Ready');
 

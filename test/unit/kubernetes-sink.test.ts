@@ -324,11 +324,14 @@ test('a new failing entity: its Event goes first, the condition patch (status or
     "the finding's Event, the transition's queued behind it",
   );
   assert.equal(patches().length, 0, 'no status patch while the Event is in flight');
+  assert.equal(sink.synced, false, 'a patch held for the Event is not yet on the Node');
+  assert.equal(sink.conditions.synced, true, 'the writer has not been handed it yet');
   held.splice(0).forEach((release) => release());
   await advance(0);
   await advance(1);
   assert.equal(patches().length, 1, 'the status patch follows the Event at once');
   assert.match(JSON.stringify(patches()[0].body), /"status":"False"/);
+  assert.equal(sink.synced, true, 'written: nothing held, nothing in flight');
   held.splice(0).forEach((release) => release());
   await advance(1_000);
 

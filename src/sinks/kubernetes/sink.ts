@@ -120,6 +120,14 @@ export class KubernetesSink implements Sink {
     return this.started ? this.conditions.existingAtStart(name) : undefined;
   }
 
+  /**
+   * Whether the Node shows the engine's latest conditions: nothing held for an Event, nothing left
+   * to write. (The writer alone says synced while a write waits here for an Event.)
+   */
+  get synced(): boolean {
+    return this.held === undefined && this.conditions.synced;
+  }
+
   setNodeUid(uid: string | undefined): void {
     this.nodeUid = uid;
   }
