@@ -1,8 +1,9 @@
 /**
  * Issue #22, point 7: built-in patterns stay on V8's backtracking engine, so each must take time
  * linear in the line. Proof by search: every fixture line is "pumped" (one or two of its
- * characters repeated until the line is long, with and without the rest of the line after them,
- * which is how super-linear backtracking is found) and run through the classifier and the log
+ * characters, a word, two words, or a word up to an opening bracket repeated until the line is
+ * long, with and without the rest of the line after them, and with the rules' words the line held
+ * put back after the run: how super-linear backtracking is found) and run through the classifier and the log
  * parsers at two lengths, 8x apart. Linear work grows about 8x, quadratic 64x; a case that grows
  * more than 24x, and takes more than 2 ms, is measured again (three rounds, each the best of five)
  * and fails the test only if every round agrees (a quadratic rule takes about 50 ms on the long line).
@@ -13,7 +14,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KernelLogClassifier } from '../../src/monitors/index.ts';
+import { BUILTIN_RULES, KernelLogClassifier } from '../../src/monitors/index.ts';
 import { detectFormat, parseKmsgRecord, parseLine } from '../../src/sources/index.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'kmsg');
@@ -30,20 +31,36 @@ function lines(name: string): string[] {
     .filter((l) => l !== '' && !l.startsWith('#'));
 }
 
-/** Every pumped variant of `s`: a run of one or two of its characters, about `n` long, at each position. */
+/**
+ * Every pumped variant of `s`, about `n` long: a run of one or two of its characters at each
+ * position, and a run of each of its words (a word a rule starts with, such as "traps:", repeated:
+ * a `word.*tail` rule tries every copy to the end of the line).
+ */
 function* pumped(s: string, n: number): Generator<{ at: number; sub: string; line: string }> {
   // The same run after the same eight characters behaves the same: tried once.
   const tried = new Set<string>();
-  for (let at = 0; at < s.length; at++) {
-    for (const len of [1, 2]) {
-      const sub = s.slice(at, at + len);
-      const key = `${s.slice(Math.max(0, at - 8), at)}|${sub}`;
-      if (sub.length < len || tried.has(key)) continue;
-      tried.add(key);
-      const run = sub.repeat(Math.ceil(n / len));
-      yield { at, sub, line: s.slice(0, at) + run + s.slice(at + len) };
-      yield { at, sub, line: s.slice(0, at) + run };
-    }
+  const starts: { at: number; len: number }[] = [];
+  for (let at = 0; at < s.length; at++) for (const len of [1, 2]) starts.push({ at, len });
+  for (const w of s.matchAll(/\S{3,}/g)) starts.push({ at: w.index, len: w[0].length });
+  // Two words ("segfault at "), with the space after them, so the copies stay apart.
+  for (const w of s.matchAll(/(?<=^|\s)(?=(\S+ \S+ ))/g)) starts.push({ at: w.index, len: w[1].length });
+  // From a word's start through an opening bracket or "=" ("XFS (", "task=", "stuck for 23s! ["):
+  // copies with nothing closing them make `\(([^)]+)\)` scan from every copy to the end.
+  for (const w of s.matchAll(/(?<=^|\s)\S/g))
+    for (let j = w.index; j < Math.min(s.length, w.index + 48); j++)
+      if ('([{='.includes(s[j])) starts.push({ at: w.index, len: j + 1 - w.index });
+  // The rules' words this line holds: a run that cuts the rest of the line off still reaches the
+  // rule its words select, which then looks past the run for a tail that is not there.
+  const words = BUILTIN_RULES.flatMap((r) => r.keywords).filter((k) => s.includes(k));
+  for (const { at, len } of starts) {
+    const sub = s.slice(at, at + len);
+    const key = `${s.slice(Math.max(0, at - 8), at)}|${sub}`;
+    if (sub.length < len || tried.has(key)) continue;
+    tried.add(key);
+    const run = sub.repeat(Math.ceil(n / len));
+    yield { at, sub, line: s.slice(0, at) + run + s.slice(at + len) };
+    yield { at, sub, line: s.slice(0, at) + run };
+    if (len > 2 && words.length) yield { at, sub, line: `${s.slice(0, at)}${run} ${words.join(' ')}` };
   }
 }
 

@@ -189,6 +189,36 @@ test('a libnccl segfault is NvidiaNCCLError only, not also AppCrash', () => {
   assert.deepEqual(f[0].attrs, { process: 'pt_main_thread', pid: 2536443 });
 });
 
+test('rules written to stay linear on hostile lines still read what they did: NCCL traps, OOM summary, XFS shutdown, hung task', () => {
+  const pick = (message: string) => one(message).map((f) => ({ reason: f.reason, entity: f.entity, attrs: f.attrs }));
+  assert.deepEqual(pick('traps: python3[77] general protection fault ip:7f00 sp:7ffd error:0 in libnccl.so.2.18.3[7f00+1000]'), [
+    { reason: 'NvidiaNCCLError', entity: '', attrs: { process: 'python3', pid: 77 } },
+  ]);
+  // The words in the wrong order, or the library named some other way, are not a crash in it.
+  assert.deepEqual(pick('libnccl.so.2 loaded; traps: none'), []);
+  assert.deepEqual(
+    pick('python3[77]: segfault at 0 ip 0 sp 0 error 4 in libfoo.so (libnccl next)').map((f) => f.reason),
+    ['AppCrash'],
+  );
+  assert.deepEqual(
+    pick(
+      'oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a.scope,mems_allowed=0-1,task_memcg=/kubepods.slice/x,task=pt_main_thread,pid=461754,uid=0',
+    ),
+    [{ reason: 'OOMKilling', entity: '', attrs: { pid: 461754, process: 'pt_main_thread', cgroup: true } }],
+  );
+  assert.deepEqual(pick('XFS (dm-0): Corruption of in-memory data detected.  Shutting down filesystem')[0].entity, 'blockdev:dm-0');
+  // The device is the one before the words: "XFS (x): " after them names no shutdown of x.
+  assert.deepEqual(
+    pick('Filesystem "dm-0": I/O Error Detected.  Shutting down filesystem: dm-0 XFS (sdz): noted').map((f) => f.entity),
+    ['blockdev:dm-0'],
+  );
+  assert.deepEqual(pick('INFO: task kworker/u16:3:4567 blocked for more than 245 seconds.')[0].attrs, {
+    process: 'kworker/u16:3',
+    pid: 4567,
+    seconds: 245,
+  });
+});
+
 test('PCIe AER: device entity, gpuAbove attribution, corrected-error threshold', () => {
   const gpuAbove = (bdf: string) => (bdf === '0000:00:1c.5' ? '0000:b3:00' : undefined);
   const c = new KernelLogClassifier({ gpuAbove, pcieCorrectedThreshold: { count: 5, windowMs: 60_000 } });

@@ -261,7 +261,10 @@ const ncclCrash: KernelRule = {
   name: 'nvidia-nccl-crash',
   keywords: ['libnccl'],
   match(msg) {
-    if (!/(?:segfault at|traps:).* in libnccl\.so/.test(msg)) return null;
+    // "segfault at" or "traps:", then " in libnccl.so" later in the line; found by indexOf, as a
+    // `.*` between them is tried from every copy of the first to the end of a hostile line.
+    const lib = msg.lastIndexOf(' in libnccl.so');
+    if (lib < 0 || !/segfault at|traps:/.test(msg.slice(0, lib))) return null;
     const p = PROC_PID.exec(msg);
     return {
       reason: 'NvidiaNCCLError',
@@ -348,7 +351,8 @@ const rcuStall: KernelRule = {
   },
 };
 
-const HUNG_TASK = /\btask (.+):(\d+) blocked for more than (\d+)(?: seconds|s)\b/;
+// The comm is at most 15 characters: a bounded run keeps a line of many "task " copies linear.
+const HUNG_TASK = /\btask (.{1,64}):(\d{1,10}) blocked for more than (\d{1,10})(?: seconds|s)\b/;
 // hung_task_panic's panic names the cause; the "task ... blocked" lines before it name the tasks.
 const HUNG_TASK_PANIC = 'not syncing: hung_task: blocked tasks';
 const appBlocked: KernelRule = {
@@ -414,21 +418,24 @@ const kernelBug: KernelRule = {
 // one-line summary "oom-kill:constraint=...,task=x,pid=1,uid=0" (4.19+); RHEL 7 puts ", UID 1000," after the name. Each says a process was
 // killed, so each raises OOMKilling (one kill's lines are one finding in the engine).
 const OOM =
-  /(Memory cgroup out of memory: |Out of memory(?: \([^)]*\))?: )?Kill(?:ed)? process (\d+)(?:, UID \d+,)? \(([^)]*)\)(?:, UID \d+,)?( total-vm:| score \d+ or sacrifice child)?/;
-const OOM_SUMMARY = /oom-kill:constraint=([A-Z_]+),.*?\btask=([^,]*),pid=(\d+)/;
+  /(Memory cgroup out of memory: |Out of memory(?: \([^)]{0,64}\))?: )?Kill(?:ed)? process (\d{1,10})(?:, UID \d{1,10},)? \(([^)]{0,64})\)(?:, UID \d{1,10},)?( total-vm:| score \d{1,10} or sacrifice child)?/;
+// Bounded runs, and the task looked for after the constraint (not by `.*?` from every copy of it).
+const OOM_SUMMARY = /oom-kill:constraint=([A-Z_]{1,32}),/;
+const OOM_SUMMARY_TASK = /\btask=([^,]{0,64}),pid=(\d{1,10})/;
 const oomKill: KernelRule = {
   name: 'oom-kill',
   keywords: ['Killed process', 'Kill process', 'oom-kill:'],
   prefilter: ['Kill', 'oom-kill:'],
   match(msg) {
-    const s = OOM_SUMMARY.exec(msg);
-    if (s) {
-      const cgroup = s[1] === 'CONSTRAINT_MEMCG';
+    const c = OOM_SUMMARY.exec(msg);
+    const s = c && OOM_SUMMARY_TASK.exec(msg.slice(c.index + c[0].length));
+    if (c && s) {
+      const cgroup = c[1] === 'CONSTRAINT_MEMCG';
       return {
         reason: 'OOMKilling',
         entity: '',
-        summary: `${cgroup ? 'memory cgroup ' : ''}OOM killer killed ${s[2]} (pid ${s[3]})`,
-        attrs: { pid: Number(s[3]), process: s[2], cgroup },
+        summary: `${cgroup ? 'memory cgroup ' : ''}OOM killer killed ${s[1]} (pid ${s[2]})`,
+        attrs: { pid: Number(s[2]), process: s[1], cgroup },
       };
     }
     const m = OOM.exec(msg);
@@ -817,7 +824,7 @@ const scsi: KernelRule = {
 // while writing superblock", the periodic "error count since last fsck: 627" (older "error count: 2"),
 // and "warning: mounting fs with errors".
 const EXT4_ERR =
-  /EXT4-fs error(?: \(device ([^)]+)\))?|EXT4-fs \(([^)]+)\): (?:I\/O error while writing superblock|error count(?: since last fsck)?: \d|warning: mounting fs with errors)/;
+  /EXT4-fs error(?: \(device ([^)]{1,64})\))?|EXT4-fs \(([^)]{1,64})\): (?:I\/O error while writing superblock|error count(?: since last fsck)?: \d|warning: mounting fs with errors)/;
 const ext4: KernelRule = {
   name: 'ext4-error',
   keywords: ['EXT4-fs error', 'I/O error', 'error count', 'fs with errors'],
@@ -836,7 +843,10 @@ const ext4: KernelRule = {
   },
 };
 
-const XFS_DOWN = /XFS \(([^)]+)\): .*(?:Shutting down filesystem|xfs_do_force_shutdown|[Ff]ilesystem has been shut down)/;
+// "XFS (dev): " and, later in the line, what says it shut down: the words are found first and the
+// device before them, as a `.*` between the two is tried from every "XFS (" to the end of the line.
+const XFS_DOWN_WORDS = /Shutting down filesystem|xfs_do_force_shutdown|[Ff]ilesystem has been shut down/g;
+const XFS_DEV = /XFS \(([^)]{1,64})\): /;
 // The 2.6-era wording, without the "XFS (dev): " prefix: 'xfs_force_shutdown(dm-0,0x8) called from line
 // ...' and 'Filesystem "dm-0": I/O Error Detected.  Shutting down filesystem: dm-0'.
 const XFS_DOWN_OLD = /xfs_force_shutdown\(([^,()\s]{1,64}),0x[0-9a-fA-F]{1,8}\) called from|Shutting down filesystem: ([^\s"]{1,64})/;
@@ -845,7 +855,7 @@ const xfs: KernelRule = {
   keywords: ['Shutting down filesystem', 'xfs_do_force_shutdown', 'has been shut down', 'xfs_force_shutdown('],
   prefilter: ['XFS', 'xfs_do_force_shutdown', 'xfs_force_shutdown(', 'Shutting down filesystem: '],
   match(msg) {
-    const m = XFS_DOWN.exec(msg);
+    const m = xfsDown(msg);
     const old = m ? null : XFS_DOWN_OLD.exec(msg);
     if (!m && !old && !msg.includes('xfs_do_force_shutdown')) return null;
     const dev = m?.[1] ?? old?.[1] ?? old?.[2];
@@ -858,12 +868,21 @@ const xfs: KernelRule = {
   },
 };
 
+/** The device of an "XFS (dev): ..." line that says the filesystem shut down, as [, dev]. */
+function xfsDown(msg: string): [string, string] | null {
+  let last = -1;
+  XFS_DOWN_WORDS.lastIndex = 0;
+  for (let w = XFS_DOWN_WORDS.exec(msg); w; w = XFS_DOWN_WORDS.exec(msg)) last = w.index;
+  const d = last < 0 ? null : XFS_DEV.exec(msg.slice(0, last));
+  return d && [d[0], d[1]];
+}
+
 // XFS errors: corruption found, metadata I/O errors, internal errors. Each raises XFSError on its own
 // line, also when a shutdown follows (its lines raise XFSShutdown). The 2.6-era wording: 'Filesystem
 // "dm-0": XFS internal error xfs_trans_cancel at line ...' and, with no device, 'XFS: Internal error
 // XFS_WANT_CORRUPTED_RETURN at line ...'.
 const XFS_ERR =
-  /XFS \(([^)]+)\): (?:Metadata corruption detected|Metadata CRC error detected|Corruption detected|Corruption of in-memory data detected|metadata I\/O error|Internal error|log I\/O error)/;
+  /XFS \(([^)]{1,64})\): (?:Metadata corruption detected|Metadata CRC error detected|Corruption detected|Corruption of in-memory data detected|metadata I\/O error|Internal error|log I\/O error)/;
 const XFS_ERR_OLD =
   /Filesystem "([^"]{1,64})": XFS internal error|(?:^|\s)XFS: Internal error |I\/O error in filesystem \("([^"]{1,64})"\) meta-data/;
 const xfsError: KernelRule = {
