@@ -117,6 +117,8 @@ const KEY_VALUE =
   /(^|[\s{,;(&?"'=:])(-{0,2})(["']?)([A-Za-z_][A-Za-z0-9_.-]*)\3(\s*[:=]\s*)("(?:[^"\\]|\\.)*"|'[^']*'|[^\s,;&"'{}[\]][^\s,;&"'}\]]*)/g;
 /** A line that is `key: value` / `key = value` / `export KEY=value` with a bare value: the value runs to the end of the line. */
 const LINE_KEY_VALUE = /^(\s*(?:-\s+)?(?:export\s+)?)(["']?)([A-Za-z_][A-Za-z0-9_.-]*)\2(\s*[:=]\s*)([^\s"'{[|>#].*)$/;
+/** How deep pairs inside a value are read (KUBELET_EXTRA_ARGS=--node-labels=a=b is 2). */
+const MAX_PAIR_DEPTH = 8;
 /** `name: AWS_SECRET_ACCESS_KEY` followed by `value: ...` (Kubernetes env lists, kubeconfig exec env). */
 const NAME_LINE = /^\s*(?:-\s+)?["']?name["']?\s*:\s*["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*,?\s*$/;
 const VALUE_LINE = /^(\s*(?:-\s+)?["']?value["']?\s*:\s*)(.*?)(,?\s*)$/;
@@ -268,11 +270,19 @@ function redactLine(line: string): Redaction {
     count++;
     return `${head}${REDACTED}${at}`;
   });
-  const keyValues = (text: string, re = KEY_VALUE): string =>
+  const keyValues = (text: string, re = KEY_VALUE, depth = 0): string =>
     text.replace(re, (m, lead: string, dashes: string, q: string, key: string, sep: string, value: string) => {
       // A value may hold pairs itself: KUBELET_EXTRA_ARGS=--registry-password=x.
-      if (!isSecretKey(key))
-        return /[=:]/.test(value.slice(1)) ? `${lead}${dashes}${q}${key}${q}${sep}${keyValues(value, new RegExp(KEY_VALUE))}` : m;
+      if (!isSecretKey(key)) {
+        if (!/[=:]/.test(value.slice(1))) return m;
+        // Pairs nested deeper than any configuration writes them ("a:a:a:..." in a log line once
+        // overflowed the stack and failed the whole capture): the rest is replaced, never kept unread.
+        if (depth >= MAX_PAIR_DEPTH) {
+          count++;
+          return `${lead}${dashes}${q}${key}${q}${sep}${REDACTED}`;
+        }
+        return `${lead}${dashes}${q}${key}${q}${sep}${keyValues(value, new RegExp(KEY_VALUE), depth + 1)}`;
+      }
       const bare = value.replace(/^["']|["']$/g, '');
       // Empty values, nested maps and values already replaced are left as they are.
       if (bare === '' || bare === REDACTED || bare === 'null' || bare === '~' || value === '|' || value.startsWith('>')) return m;

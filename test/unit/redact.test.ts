@@ -105,6 +105,15 @@ test('secrets on command lines and in environment files are redacted; other flag
   );
 });
 
+test('a log line of thousands of nested pairs ("a:a:a:...") is redacted past 8 levels, not a stack overflow; nearer pairs are still read', () => {
+  // 'a:'.repeat(8192) threw RangeError (the nested-pair reader recursed once per pair) and failed the whole capture.
+  const deep = redactText(`msg=${'a:'.repeat(8192)}password=hidden-deep`);
+  assert.ok(!deep.text.includes('hidden-deep'));
+  assert.equal(deep.count, 1);
+  check('KUBELET_EXTRA_ARGS=--node-labels=a=b,c=d --registry-password=nested-secret-1', ['nested-secret-1'], ['--node-labels=a=b']);
+  check(`x=${'k:'.repeat(6)}token=six-deep-secret`, ['six-deep-secret'], ['x=k:k:']);
+});
+
 test('access key ids, JWTs and chat tokens are redacted wherever they appear', () => {
   const jwt = 'eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLXNpZ25hdHVyZQ';
   check(`found credentials ASIAY34FZKBOKMUTVV7A in log; sa ${jwt}; slack xoxb-1234567890-abcdefghij`, [
