@@ -7,21 +7,21 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as k8s from '@kubernetes/client-node';
 import { parseConfig } from '../../src/settings/index.ts';
 import { SCHEMA, extraConfigSchema, schemaWithExtraConfig } from '../../scripts/gen-values-doc.ts';
 import { CHART, HELM, ROOT, ensureTools, run, type Manifest } from './tools.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 // Only helm is needed here (ensureTools builds kubectl and the API server too when helm is missing).
 before(() => {
   if (!existsSync(HELM)) ensureTools();
 });
 
-const DIR = mkdtempSync(path.join(os.tmpdir(), 'vigil-helm-values-'));
+const DIR = tempDir('vigil-helm-values-');
 let files = 0;
 
 function valuesFile(values: Record<string, unknown>): string {

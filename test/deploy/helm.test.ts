@@ -6,8 +6,7 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import type * as k8s from '@kubernetes/client-node';
@@ -15,6 +14,7 @@ import { startCluster } from '../helpers/cluster.ts';
 import { README, readmeWithTable } from '../../scripts/gen-values-doc.ts';
 import { parseConfig } from '../../src/settings/index.ts';
 import { CHART, HELM, KUBECTL, ROOT, chartValues, ensureTools, helmTemplate, ok, only, run, type Manifest } from './tools.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 const MONITORS = ['kernelLog', 'gpu', 'kernel', 'networking', 'storage', 'runtime'] as const;
 type Monitor = (typeof MONITORS)[number];
@@ -94,7 +94,7 @@ function vigilConfig(docs: Manifest[]): VigilConfig {
 }
 
 test('helm lint --strict passes with the defaults and with every switch flipped', () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-helm-'));
+  const dir = tempDir('vigil-helm-');
   for (const [name, values] of [
     ['defaults', {}],
     ['flipped', FLIPPED],
@@ -144,7 +144,7 @@ interface SchemaNode {
 }
 
 test('the rendered Vigil configuration follows the values and passes `vigil check-config`', () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-helm-config-'));
+  const dir = tempDir('vigil-helm-config-');
   for (const [name, values] of [
     ['defaults', {}],
     ['flipped', FLIPPED],

@@ -7,14 +7,14 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import YAML from 'yaml';
 import { startCluster, waitFor, type TestCluster } from '../helpers/cluster.ts';
 import { KUBECTL, ROOT, ensureTools, ok, run } from './tools.ts';
 import type { NodeStatus } from '../../src/cli/index.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 before(() => ensureTools());
 
@@ -40,7 +40,7 @@ function healthy(except: Record<string, k8s.V1NodeCondition> = {}, beatMinutesAg
 
 /** PATH with kubectl and the plugin (as `npm install -g` or krew would put it) first. */
 function pluginPath(): string {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-plugin-'));
+  const dir = tempDir('vigil-plugin-');
   symlinkSync(path.join(ROOT, 'bin/kubectl-vigil'), path.join(dir, 'kubectl-vigil'));
   symlinkSync(KUBECTL, path.join(dir, 'kubectl'));
   return `${dir}:${process.env.PATH}`;
@@ -197,7 +197,7 @@ test('kubectl vigil status --context and --server act as in kubectl: another con
   const real = admin.clusters.find((c) => c.name === ctx.context.cluster)!;
   // Nothing listens on port 1 of loopback: a request sent there is refused at once, nothing leaves the host.
   const nowhere = 'https://127.0.0.1:1';
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-plugin-kc-'));
+  const dir = tempDir('vigil-plugin-kc-');
   const write = (name: string, doc: Kubeconfig) => {
     const file = path.join(dir, name);
     writeFileSync(file, YAML.stringify(doc), { mode: 0o600 });

@@ -6,12 +6,12 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
 import { startCluster, waitFor } from '../helpers/cluster.ts';
 import { CHART, ensureTools, helmTemplate, only } from './tools.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 before(() => ensureTools());
 
@@ -66,7 +66,7 @@ test('metricNames reads the names out of PromQL', () => {
 
 test('every metric in the dashboard and the alert rules is exported by a running agent', { timeout: 180_000 }, async (t) => {
   const cluster = await startCluster();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-metric-names-'));
+  const dir = tempDir('vigil-metric-names-');
   t.after(async () => {
     await cluster.stop();
     rmSync(dir, { recursive: true, force: true });

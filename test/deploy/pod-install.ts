@@ -4,10 +4,10 @@
  * Used by test/deploy/kubelet.test.ts and bench/pod.ts.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { HELM, ROOT } from './tools.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 /** What test/deploy/publish.sh prints. */
 export interface Published {
@@ -74,7 +74,7 @@ export interface HelmResult {
 /** Runs helm against a cluster, with its configuration and cache in a directory of its own. */
 export function helmOn(kubeconfig: string, args: string[], timeoutMs = 300_000): HelmResult {
   if (!helmHome) {
-    const dir = (helmHome = mkdtempSync(path.join(os.tmpdir(), 'vigil-helm-')));
+    const dir = (helmHome = tempDir('vigil-helm-'));
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   }
   const home = helmHome;

@@ -8,14 +8,14 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, symlinkSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { startCluster, waitFor } from '../helpers/cluster.ts';
 import { installCrd, nodeDiagnostics } from '../helpers/node-diagnostic.ts';
 import { newToken, tokenSHA256 } from '../../src/diagnostics/index.ts';
 import { KUBECTL, ROOT, ensureTools } from './tools.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 before(() => ensureTools());
 
@@ -57,7 +57,7 @@ test("the README's commands remove what helm uninstall leaves: conditions, quara
   await cluster.admin.core.patchNode({ name: 'gpu-2', body: mark(false) }, merge);
 
   // kubectl as an operator has it: on the PATH, the admin kubeconfig.
-  const bin = mkdtempSync(path.join(os.tmpdir(), 'vigil-uninstall-'));
+  const bin = tempDir('vigil-uninstall-');
   symlinkSync(KUBECTL, path.join(bin, 'kubectl'));
   const r = spawnSync('bash', ['-euo', 'pipefail', '-c', readmeUninstall()], {
     encoding: 'utf8',

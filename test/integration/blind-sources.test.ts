@@ -6,11 +6,11 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, closeSync, constants, mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, closeSync, constants, openSync, readSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { startAgent, writeKmsg, type AgentProcess } from '../helpers/agent-process.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 interface Healthz {
   status: string;
@@ -21,7 +21,7 @@ interface Conditions {
 }
 
 function tmp(t: { after: (fn: () => void) => void }): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-blind-'));
+  const dir = tempDir('vigil-blind-');
   // The agent may still be writing its state as the test ends: retry rather than fail on ENOTEMPTY.
   t.after(() => rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }));
   return dir;

@@ -7,18 +7,18 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { kernelLogOnlyConfig, startAgent } from '../helpers/agent-process.ts';
 import { burstLine, pollHealthz, writeBurst } from '../helpers/kmsg-burst.ts';
 import type { NodeHealth } from '../../src/api/index.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 const N = 5000;
 const skip = process.getuid?.() === 0 ? false : 'needs root to write to /dev/kmsg';
 
 test('5,000 distinct faults in a burst: all arrive, no kernel record is lost, /healthz answers throughout', { skip }, async (t) => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-burst-'));
+  const dir = tempDir('vigil-burst-');
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const config = path.join(dir, 'vigil.yaml');
   writeFileSync(config, kernelLogOnlyConfig());

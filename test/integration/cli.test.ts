@@ -2,13 +2,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const tmp = mkdtempSync(path.join(os.tmpdir(), 'vigil-cli-'));
+const tmp = tempDir('vigil-cli-');
 
 /** One line of `vigil scan --json`. */
 interface ScanRow {

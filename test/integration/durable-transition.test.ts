@@ -6,17 +6,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 interface Conditions {
   conditions: { type: string; status: string; lastTransitionTime: string; active: { entity: string }[] }[];
 }
 
 test('SIGKILL right after a condition turns False: the restarted agent keeps its lastTransitionTime', async (t) => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-durable-'));
+  const dir = tempDir('vigil-durable-');
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   // The first agent reads only what is written after it starts: other tests write Xid 79s to the
   // same ring, and one replayed from before would turn the condition False before ours.

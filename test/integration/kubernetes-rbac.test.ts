@@ -5,9 +5,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { rmSync } from 'node:fs';
 import type pino from 'pino';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
@@ -24,6 +22,7 @@ import {
   waitFor,
   type TestCluster,
 } from '../helpers/cluster.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 let cluster: TestCluster;
 const dirs: string[] = [];
@@ -48,7 +47,7 @@ const finding = (reason: Finding['reason'], entity: string, message = `${reason}
 
 /** The agent as run-command wires it, with a stand-in monitor the test publishes through. */
 async function startAgent(kubeconfig: string, nodeName: string, log: pino.Logger) {
-  const stateDir = mkdtempSync(path.join(os.tmpdir(), 'vigil-state-'));
+  const stateDir = tempDir('vigil-state-');
   dirs.push(stateDir);
   const config = parseConfig(`
 stateDir: ${stateDir}

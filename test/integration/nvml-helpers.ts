@@ -2,8 +2,7 @@
  * Shared fixtures for the NVML tests: a scripted fake NVML library, a fake sysfs with NVIDIA PCI
  * functions; the sink that records what a monitor publishes is test/helpers/recording-sink.ts.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { GpuMonitor, type GpuConfigInput } from '../../src/monitors/index.ts';
@@ -20,10 +19,11 @@ export { SLOWDOWN, slow } from '../helpers/slowdown.ts';
 import { slow } from '../helpers/slowdown.ts';
 export { RecordingSink } from '../helpers/recording-sink.ts';
 import { RecordingSink } from '../helpers/recording-sink.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 /** A temp dir holding the fake's JSON script and a fake sysfs; sets FAKE_NVML_CONFIG. */
 export class FakeNvmlEnv {
-  readonly dir = mkdtempSync(join(tmpdir(), 'vigil-nvml-'));
+  readonly dir = tempDir('vigil-nvml-');
   readonly configPath = join(this.dir, 'nvml.json');
   readonly sysRoot = join(this.dir, 'sys');
   readonly libraryPath: string;

@@ -9,17 +9,17 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg, type AgentProcess } from '../helpers/agent-process.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 function setup(t: { after: (fn: () => void) => void }): { dir: string; args: string[] } {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-signals-'));
+  const dir = tempDir('vigil-signals-');
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const config = path.join(dir, 'vigil.yaml');
   // Kernel log only, lookback 0: records already in the ring (other tests' faults) are not this test's business.

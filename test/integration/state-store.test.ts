@@ -7,12 +7,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startAgent, uniquePci, writeKmsg, type AgentProcess } from '../helpers/agent-process.ts';
 import { StateStore } from '../../src/state/index.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -25,7 +25,7 @@ interface Conditions {
 }
 
 function tmp(t: { after: (fn: () => void) => void }): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-state-'));
+  const dir = tempDir('vigil-state-');
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
 }
@@ -212,7 +212,7 @@ test('an unreadable boot id stops the agent at start with a message naming /proc
 });
 
 test('a full state disk at start: the agent runs and detects, /healthz is 503 and the failure counted, and the state is saved once there is room', async (t) => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'vigil-state-'));
+  const dir = tempDir('vigil-state-');
   const mnt = path.join(dir, 'disk');
   mkdirSync(mnt);
   const running: AgentProcess[] = [];

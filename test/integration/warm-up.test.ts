@@ -5,10 +5,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { kernelLogOnlyConfig, startAgent, uniquePci, writeKmsg } from '../helpers/agent-process.ts';
+import { tempDir } from '../helpers/temp-dir.ts';
 
 /** The warm-up's GPUs (WARM_UP_XID_LINES). */
 const SYNTHETIC = /0000:00:0[0-9a-f]\b/;
@@ -18,7 +18,7 @@ interface Conditions {
 }
 
 test("the warm-up's synthetic Xid never reaches the agent; a real Xid 79 after it is reported", async (t) => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vigil-warm-'));
+  const dir = tempDir('vigil-warm-');
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const config = path.join(dir, 'vigil.yaml');
   writeFileSync(config, kernelLogOnlyConfig());
