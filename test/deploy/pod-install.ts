@@ -73,10 +73,7 @@ export interface HelmResult {
 
 /** Runs helm against a cluster, with its configuration and cache in a directory of its own. */
 export function helmOn(kubeconfig: string, args: string[], timeoutMs = 300_000): HelmResult {
-  if (!helmHome) {
-    const dir = (helmHome = tempDir('vigil-helm-'));
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  }
+  helmHome ??= tempDir('vigil-helm-');
   const home = helmHome;
   const r = spawnSync(HELM, args, {
     cwd: ROOT,

@@ -1,7 +1,8 @@
 /**
  * A scratch folder under the system's temporary folder, removed when this test file's process
  * exits (the runner gives each file its own process): CI's machine goes on to other work, and a
- * run left about 37 folders behind. One that still holds a mount is left alone, not walked into.
+ * run left about 37 folders behind, some whose test removed them (an agent it ran wrote its state
+ * again on the way out). One that still holds a mount is left alone, not walked into.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';

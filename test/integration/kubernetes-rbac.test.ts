@@ -5,7 +5,6 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import type pino from 'pino';
 import * as k8s from '@kubernetes/client-node';
 import type { Finding, FindingSink } from '../../src/api/index.ts';
@@ -25,7 +24,6 @@ import {
 import { tempDir } from '../helpers/temp-dir.ts';
 
 let cluster: TestCluster;
-const dirs: string[] = [];
 /** Agents not stopped by their test (it failed first): their HTTP servers would hold the file open. */
 const running = new Set<() => Promise<void>>();
 before(async () => {
@@ -34,7 +32,6 @@ before(async () => {
 after(async () => {
   for (const stop of running) await stop();
   await cluster?.stop();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
 const finding = (reason: Finding['reason'], entity: string, message = `${reason} seen`): Finding => ({
@@ -48,7 +45,6 @@ const finding = (reason: Finding['reason'], entity: string, message = `${reason}
 /** The agent as run-command wires it, with a stand-in monitor the test publishes through. */
 async function startAgent(kubeconfig: string, nodeName: string, log: pino.Logger) {
   const stateDir = tempDir('vigil-state-');
-  dirs.push(stateDir);
   const config = parseConfig(`
 stateDir: ${stateDir}
 listen: 127.0.0.1:0

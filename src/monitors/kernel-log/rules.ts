@@ -855,10 +855,10 @@ const xfs: KernelRule = {
   keywords: ['Shutting down filesystem', 'xfs_do_force_shutdown', 'has been shut down', 'xfs_force_shutdown('],
   prefilter: ['XFS', 'xfs_do_force_shutdown', 'xfs_force_shutdown(', 'Shutting down filesystem: '],
   match(msg) {
-    const m = xfsDown(msg);
-    const old = m ? null : XFS_DOWN_OLD.exec(msg);
-    if (!m && !old && !msg.includes('xfs_do_force_shutdown')) return null;
-    const dev = m?.[1] ?? old?.[1] ?? old?.[2];
+    const down = xfsDownDevice(msg);
+    const old = down ? null : XFS_DOWN_OLD.exec(msg);
+    if (!down && !old && !msg.includes('xfs_do_force_shutdown')) return null;
+    const dev = down ?? old?.[1] ?? old?.[2];
     return {
       reason: 'XFSShutdown',
       entity: dev ? `blockdev:${dev}` : '',
@@ -868,13 +868,12 @@ const xfs: KernelRule = {
   },
 };
 
-/** The device of an "XFS (dev): ..." line that says the filesystem shut down, as [, dev]. */
-function xfsDown(msg: string): [string, string] | null {
+/** The device of an "XFS (dev): ..." line that says the filesystem shut down. */
+function xfsDownDevice(msg: string): string | undefined {
   let last = -1;
   XFS_DOWN_WORDS.lastIndex = 0;
   for (let w = XFS_DOWN_WORDS.exec(msg); w; w = XFS_DOWN_WORDS.exec(msg)) last = w.index;
-  const d = last < 0 ? null : XFS_DEV.exec(msg.slice(0, last));
-  return d && [d[0], d[1]];
+  return last < 0 ? undefined : XFS_DEV.exec(msg.slice(0, last))?.[1];
 }
 
 // XFS errors: corruption found, metadata I/O errors, internal errors. Each raises XFSError on its own
